@@ -1,0 +1,287 @@
+/* stalloc.h - the stable C API of libstalloc, a spatio-temporal GPU memory allocator.
+ *
+ * Sections: prologue (preprocessor logic, hidden from cffi) - version - status codes -
+ * backends and options - allocator lifecycle - alloc/free - statistics - steps and record
+ * mode - trace - epilogue.
+ *
+ * Rules every function follows: it returns a stalloc_status_t (STALLOC_OK == 0) and gives
+ * results through out-parameters; on failure it changes nothing and sets a thread-local
+ * detail message readable with stalloc_last_error(). Structs that may grow start with
+ * `struct_size` and come with an *_init function that fills the defaults.
+ *
+ * Between the prologue and the epilogue the header holds only declarations and explicit-valued
+ * enums, so cffi's cdef can read the preprocessed copy (cc -E -P -DSTALLOC_CDEF).
+ */
+#ifndef STALLOC_H
+#define STALLOC_H
+
+/* ---------------------------------------------------------------------------------------
+ * Prologue
+ * ------------------------------------------------------------------------------------- */
+#ifndef STALLOC_CDEF
+#include <stddef.h>
+#include <stdint.h>
+#if defined(STALLOC_BUILDING) && defined(__GNUC__)
+#define STALLOC_API __attribute__((visibility("default")))
+#else
+#define STALLOC_API
+#endif
+#ifdef __cplusplus
+extern "C" {
+#endif
+#else
+#define STALLOC_API
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Version: the one place the number lives (CMake and pyproject.toml read these lines).
+ * ------------------------------------------------------------------------------------- */
+#define STALLOC_VERSION_MAJOR 0
+#define STALLOC_VERSION_MINOR 1
+#define STALLOC_VERSION_PATCH 0
+/* major * 10000 + minor * 100 + patch, as returned by stalloc_version(). */
+#define STALLOC_VERSION (STALLOC_VERSION_MAJOR * 10000 + STALLOC_VERSION_MINOR * 100 + STALLOC_VERSION_PATCH)
+
+/* The version of the loaded library, to compare with the header's STALLOC_VERSION. */
+STALLOC_API int stalloc_version(void);
+/* The same as "MAJOR.MINOR.PATCH"; a static string. */
+STALLOC_API const char* stalloc_version_string(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Status codes
+ * ------------------------------------------------------------------------------------- */
+typedef enum stalloc_status {
+  STALLOC_OK = 0,
+  STALLOC_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad option, a size that overflows */
+  STALLOC_ERR_OUT_OF_MEMORY = 2,    /* the backend or the memory limit refused */
+  STALLOC_ERR_DOUBLE_FREE = 3,      /* the pointer was given out and already freed */
+  STALLOC_ERR_UNKNOWN_POINTER = 4,  /* the pointer was never given out by this allocator */
+  STALLOC_ERR_BAD_FORMAT = 5,       /* a file's content is not what its format says */
+  STALLOC_ERR_TRUNCATED = 6,        /* a file ends before its end marker */
+  STALLOC_ERR_VERSION = 7,          /* a file written by a newer format version */
+  STALLOC_ERR_PLAN_MISMATCH = 8,    /* a plan made for another trace or model */
+  STALLOC_ERR_NO_DEVICE = 9,        /* the backend's device or driver is not there */
+  STALLOC_ERR_BACKEND = 10,         /* the backend (e.g. the CUDA driver) reported an error */
+  STALLOC_ERR_TIMEOUT = 11,         /* a time limit ran out before a result was found */
+  STALLOC_ERR_CANCELLED = 12,       /* cancelled by the caller */
+  STALLOC_ERR_IO = 13,              /* a file could not be opened, read or written */
+  STALLOC_ERR_UNSUPPORTED = 14,     /* the operation is not available in this build or mode */
+  STALLOC_ERR_INTERNAL = 15         /* a broken invariant inside stalloc: please report it */
+} stalloc_status_t;
+
+/* A fixed message for a status code ("double free", ...); never NULL. */
+STALLOC_API const char* stalloc_status_string(stalloc_status_t status);
+/* The detail of the last failure on the calling thread ("trace.bin: chunk 3: checksum
+ * mismatch"); "" when there was none. Valid until the thread's next stalloc call. */
+STALLOC_API const char* stalloc_last_error(void);
+/* Called on every failure, from the failing thread, before the call returns. NULL removes it. */
+typedef void (*stalloc_error_fn)(stalloc_status_t status, const char* message, void* arg);
+STALLOC_API void stalloc_set_error_callback(stalloc_error_fn fn, void* arg);
+
+/* ---------------------------------------------------------------------------------------
+ * Backends and options
+ * ------------------------------------------------------------------------------------- */
+typedef enum stalloc_backend_kind {
+  STALLOC_BACKEND_HOST = 0,    /* aligned host memory: real bytes, for tests and CPU machines */
+  STALLOC_BACKEND_VIRTUAL = 1, /* addresses from a reserved, never-touched range: replays big
+                                  traces on small machines; the memory must not be accessed */
+  STALLOC_BACKEND_CUDA = 2     /* device memory through the CUDA driver, loaded at run time */
+} stalloc_backend_kind_t;
+
+typedef struct stalloc_options {
+  size_t struct_size;             /* sizeof(stalloc_options_t), set by stalloc_options_init */
+  stalloc_backend_kind_t backend; /* default STALLOC_BACKEND_HOST */
+  int32_t device;                 /* device ordinal for device backends; default 0 */
+  uint64_t alignment;             /* every pointer is a multiple of this; power of two;
+                                     default 512 (as cudaMalloc's sub-allocations in PyTorch) */
+  uint64_t memory_limit;          /* most bytes the allocator may reserve; 0 = no limit */
+  uint64_t virtual_capacity;      /* address range the virtual backend reserves; default 1 TiB */
+  const char* record_path;        /* non-NULL: start in record mode, writing a trace here */
+} stalloc_options_t;
+
+/* Fills the defaults, reading STALLOC_<NAME> environment overrides (see docs/options.md). */
+STALLOC_API void stalloc_options_init(stalloc_options_t* options);
+/* "host", "virtual", "cuda" -> kind; STALLOC_ERR_INVALID_ARGUMENT for another name. */
+STALLOC_API stalloc_status_t stalloc_backend_parse(const char* name, stalloc_backend_kind_t* kind);
+STALLOC_API const char* stalloc_backend_name(stalloc_backend_kind_t kind);
+
+/* ---------------------------------------------------------------------------------------
+ * Allocator lifecycle
+ * ------------------------------------------------------------------------------------- */
+typedef struct stalloc_allocator stalloc_allocator_t;
+
+/* options may be NULL for the defaults. */
+STALLOC_API stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options,
+                                                      stalloc_allocator_t** allocator);
+/* Frees every block still live and returns all reserved memory; finishes a recording. */
+STALLOC_API stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* allocator);
+
+/* ---------------------------------------------------------------------------------------
+ * Alloc and free. Thread-safe: any thread may free what another allocated.
+ * `stream` is an opaque stream handle (cudaStream_t cast to an integer; 0 = default stream).
+ * ------------------------------------------------------------------------------------- */
+
+/* size 0 gives *ptr = NULL and STALLOC_OK. Out of memory gives *ptr = NULL and
+ * STALLOC_ERR_OUT_OF_MEMORY; it never aborts. */
+STALLOC_API stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* allocator, size_t size,
+                                                     int32_t device, uint64_t stream, void** ptr);
+/* NULL is a no-op. A pointer freed twice or never given out returns an error and changes nothing. */
+STALLOC_API stalloc_status_t stalloc_allocator_free(stalloc_allocator_t* allocator, void* ptr);
+/* The form PyTorch calls back with: size, device and stream as they were at alloc; the size is
+ * checked against the record (STALLOC_ERR_INVALID_ARGUMENT on mismatch, nothing freed). */
+STALLOC_API stalloc_status_t stalloc_allocator_free_sized(stalloc_allocator_t* allocator, void* ptr,
+                                                          size_t size, int32_t device,
+                                                          uint64_t stream);
+/* The requested size of a live block; STALLOC_ERR_UNKNOWN_POINTER if ptr is not live. */
+STALLOC_API stalloc_status_t stalloc_allocator_block_size(stalloc_allocator_t* allocator,
+                                                          const void* ptr, size_t* size);
+/* Returns every cached, unused segment to the backend (as torch.cuda.empty_cache()). */
+STALLOC_API stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* allocator);
+
+/* ---------------------------------------------------------------------------------------
+ * Statistics. "allocated" counts requested bytes of live blocks (so its peak over a trace is
+ * the trace's lower bound); "reserved" counts bytes held from the backend.
+ * ------------------------------------------------------------------------------------- */
+typedef struct stalloc_stats {
+  size_t struct_size;
+  uint64_t allocated_bytes;
+  uint64_t peak_allocated_bytes;
+  uint64_t reserved_bytes;
+  uint64_t peak_reserved_bytes;
+  uint64_t active_blocks;       /* live allocations */
+  uint64_t peak_active_blocks;
+  uint64_t alloc_count;         /* successful allocs since creation or the last reset */
+  uint64_t free_count;
+  uint64_t failed_allocs;       /* allocs that returned STALLOC_ERR_OUT_OF_MEMORY */
+  uint64_t segment_count;       /* backend allocations held now */
+  uint64_t backend_allocs;      /* backend alloc calls, a measure of cache misses */
+  uint64_t backend_frees;
+  uint64_t plan_hits;           /* requests served at their planned offset */
+  uint64_t plan_misses;         /* requests in plan mode that the plan did not cover */
+  uint64_t resyncs;             /* times the runtime found its plan position again */
+  uint64_t dynamic_allocs;      /* requests placed in the plan's reusable space */
+  uint64_t fallback_allocs;     /* requests served by the fallback pool */
+  uint64_t steps;               /* step markers seen */
+} stalloc_stats_t;
+
+STALLOC_API void stalloc_stats_init(stalloc_stats_t* stats);
+STALLOC_API stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* allocator,
+                                                     stalloc_stats_t* stats);
+/* Sets the peaks to the current values and the counters to 0. */
+STALLOC_API stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* allocator);
+
+/* ---------------------------------------------------------------------------------------
+ * Steps and record mode
+ * ------------------------------------------------------------------------------------- */
+
+/* Marks the start of training step `step` (optional for callers; helps the planner). */
+STALLOC_API stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* allocator,
+                                                          uint64_t step);
+/* Starts writing every alloc, free, failed alloc and step marker to a trace file at path.
+ * Blocks already live are not in the trace: their frees are recorded without an alloc and
+ * flagged STALLOC_EVENT_FLAG_UNMATCHED. */
+STALLOC_API stalloc_status_t stalloc_allocator_record_start(stalloc_allocator_t* allocator,
+                                                            const char* path);
+/* Finishes the trace file (writes its end marker). STALLOC_OK if not recording. */
+STALLOC_API stalloc_status_t stalloc_allocator_record_stop(stalloc_allocator_t* allocator);
+
+/* ---------------------------------------------------------------------------------------
+ * Trace: the ordered alloc/free events of a run with optional step markers; time is the
+ * event index. File format: docs/trace-format.md.
+ * ------------------------------------------------------------------------------------- */
+typedef enum stalloc_event_kind {
+  STALLOC_EVENT_ALLOC = 1,
+  STALLOC_EVENT_FREE = 2,
+  STALLOC_EVENT_STEP = 3,        /* start of a step; id is the step number */
+  STALLOC_EVENT_ALLOC_FAILED = 4 /* an alloc the allocator refused; id unused */
+} stalloc_event_kind_t;
+
+enum {
+  STALLOC_EVENT_FLAG_UNMATCHED = 1 /* a free whose alloc happened before recording began */
+};
+
+/* 40 bytes, little-endian on disk exactly as in memory. */
+typedef struct stalloc_event {
+  uint64_t id;      /* request id: an alloc and its free share it; the step number for STEP */
+  uint64_t size;    /* requested bytes (ALLOC, FREE, ALLOC_FAILED) */
+  uint64_t address; /* address in the recorded run; 0 if unknown */
+  uint64_t stream;
+  uint32_t thread;  /* small per-process thread number */
+  int16_t device;
+  uint8_t kind;     /* stalloc_event_kind_t */
+  uint8_t flags;    /* STALLOC_EVENT_FLAG_* */
+} stalloc_event_t;
+
+/* A request: one alloc paired with its free. Lifetimes are half-open event-index intervals
+ * [alloc_event, free_event); free_event is UINT64_MAX for a request never freed. */
+typedef struct stalloc_request {
+  uint64_t id;
+  uint64_t size;
+  uint64_t alloc_event;
+  uint64_t free_event;
+  uint64_t stream;
+  uint32_t step;    /* number of step markers before the alloc */
+  int16_t device;
+  uint16_t reserved;
+} stalloc_request_t;
+
+typedef struct stalloc_trace_summary {
+  size_t struct_size;
+  uint64_t events;
+  uint64_t requests;          /* allocs */
+  uint64_t unfreed_requests;  /* allocs with no free in the trace */
+  uint64_t unmatched_frees;   /* frees flagged UNMATCHED (their alloc predates the trace) */
+  uint64_t failed_allocs;
+  uint64_t distinct_sizes;
+  uint64_t steps;             /* step markers */
+  uint64_t total_bytes;       /* sum of requested bytes over all allocs */
+  uint64_t lower_bound;       /* max over time of live requested bytes */
+  uint64_t lower_bound_event; /* the first event index at which the lower bound is reached */
+  uint64_t max_request;       /* largest single request */
+  uint64_t streams;           /* distinct streams */
+  uint64_t devices;           /* distinct devices */
+} stalloc_trace_summary_t;
+
+typedef struct stalloc_trace stalloc_trace_t;
+
+STALLOC_API stalloc_status_t stalloc_trace_create(stalloc_trace_t** trace);
+STALLOC_API void stalloc_trace_destroy(stalloc_trace_t* trace);
+/* Appends events after checking them (known kind; an alloc's id not live; a free's id live
+ * unless flagged UNMATCHED, with the alloc's size or size 0). On error nothing is appended and
+ * the message names the event's index. */
+STALLOC_API stalloc_status_t stalloc_trace_append(stalloc_trace_t* trace,
+                                                  const stalloc_event_t* events, size_t count);
+/* Reads a trace file; every structural and semantic problem is an error naming its place. */
+STALLOC_API stalloc_status_t stalloc_trace_load(const char* path, stalloc_trace_t** trace);
+/* Writes the native format (atomically: a temporary file renamed over path). */
+STALLOC_API stalloc_status_t stalloc_trace_save(const stalloc_trace_t* trace, const char* path);
+/* Borrowed views, valid until the trace is changed or destroyed. */
+STALLOC_API stalloc_status_t stalloc_trace_events(const stalloc_trace_t* trace,
+                                                  const stalloc_event_t** events, size_t* count);
+STALLOC_API stalloc_status_t stalloc_trace_requests(const stalloc_trace_t* trace,
+                                                    const stalloc_request_t** requests,
+                                                    size_t* count);
+STALLOC_API void stalloc_trace_summary_init(stalloc_trace_summary_t* summary);
+STALLOC_API stalloc_status_t stalloc_trace_summary(const stalloc_trace_t* trace,
+                                                   stalloc_trace_summary_t* summary);
+
+/* Streaming writer with bounded memory (what record mode uses). */
+typedef struct stalloc_trace_writer stalloc_trace_writer_t;
+STALLOC_API stalloc_status_t stalloc_trace_writer_open(const char* path,
+                                                       stalloc_trace_writer_t** writer);
+STALLOC_API stalloc_status_t stalloc_trace_writer_append(stalloc_trace_writer_t* writer,
+                                                         const stalloc_event_t* events,
+                                                         size_t count);
+/* Writes the end marker and closes; the writer is freed whatever the status. */
+STALLOC_API stalloc_status_t stalloc_trace_writer_close(stalloc_trace_writer_t* writer);
+
+/* ---------------------------------------------------------------------------------------
+ * Epilogue
+ * ------------------------------------------------------------------------------------- */
+#ifndef STALLOC_CDEF
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+#endif /* STALLOC_H */

@@ -1,0 +1,53 @@
+/* allocator.h - the allocator handle, shared by allocator.c (entry points) and record.c. */
+#ifndef STALLOC_ALLOCATOR_H
+#define STALLOC_ALLOCATOR_H
+
+#include <pthread.h>
+
+#include "fallback.h"
+#include "u64map.h"
+
+/* Where a live block came from. */
+typedef enum block_origin { ORIGIN_FALLBACK = 1 } block_origin;
+
+/* One live allocation. */
+typedef struct live_block {
+  void* ptr;
+  uint64_t size;      /* requested bytes */
+  uint64_t id;        /* request id, for traces */
+  uint64_t stream;
+  uint32_t recording; /* the recording it was allocated in; 0 = none */
+  int16_t device;
+  uint8_t origin;     /* block_origin */
+  st_block* handle;   /* the fallback pool's block */
+  struct live_block* next_spare;
+} live_block;
+
+#define FREED_RING 4096 /* recent frees remembered to tell a double free from a stray pointer */
+
+struct stalloc_allocator {
+  pthread_mutex_t lock;
+  stalloc_options_t options;
+  const backend_ops* ops;
+  void* backend;
+  backend_caps caps;
+  st_budget budget;
+  st_fallback* fallback;
+
+  u64map live;              /* ptr -> live_block* */
+  live_block* spare_records;
+  uintptr_t freed[FREED_RING];
+  size_t freed_next;
+
+  stalloc_stats_t stats;    /* the allocated/count/plan fields; reserved comes from budget */
+  uint64_t next_id;
+
+  stalloc_trace_writer_t* recorder; /* non-NULL while recording */
+  uint32_t recording;               /* number of the current or last recording */
+};
+
+/* record.c: appends one event to the trace being recorded, if any. Lock held. */
+void st_record_event(stalloc_allocator_t* a, uint8_t kind, uint64_t id, uint64_t size,
+                     const void* ptr, uint64_t stream, int32_t device, uint8_t flags);
+
+#endif

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Record real allocation traces of small transformer training runs on the CPU.
+
+Each run builds a model from a config with random weights (no downloads),
+trains it with AdamW for ``--steps`` optimizer steps under
+``torch.profiler.profile(activities=[CPU], profile_memory=True,
+schedule=schedule(wait=0, warmup=0, active=steps + 1, repeat=1))`` and calls
+``prof.step()`` after model/optimizer construction and after each optimizer
+step. The profiler therefore writes ``ProfilerStep#0`` (construction of the
+model and the optimizer: the weights are allocated there) and
+``ProfilerStep#1`` .. ``ProfilerStep#<steps>`` (one per optimizer step; the
+first also allocates gradients and the AdamW state).
+
+The Chrome trace is exported (``<name>.profiler.json.gz``) and converted with
+``stalloc.importers.torch_profiler.load_profiler_json`` to
+``<name>.npz`` (``np.savez_compressed(path, events=array)``).
+
+Models (``--models``): llama (LlamaForCausalLM), gpt2 (GPT2LMHeadModel),
+mixtral (MixtralForCausalLM, 4 experts, top-2; ``--moe-impl eager`` by
+default, the per-expert loop whose tensor sizes follow the routing).
+Variants (``--variants``):
+  plain      one forward/backward per optimizer step
+  recompute  activation (gradient) checkpointing of every decoder layer,
+             non-reentrant (model.activation_checkpointing_enable /
+             gradient_checkpointing_enable)
+  accum      gradient accumulation, 2 micro-batches per optimizer step
+  1f1b       the layers split into 2 pipeline stages run in this process;
+             4 micro-batches per optimizer step executed in 1F1B order
+             (stage 0: F0 F1 B0 F2 B1 F3 B2 B3, stage 1: F0 B0 F1 B1 ...),
+             stage outputs detached at the boundary and the backward of
+             stage 0 driven by torch.autograd.backward(output, grad)
+
+Example: python3 tools/make_traces.py --small --out tests/data/traces
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import warnings
+
+import numpy as np
+import torch
+
+warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = ("llama", "gpt2", "mixtral")
+VARIANTS = ("plain", "recompute", "accum", "1f1b")
+
+
+def _load_importer():
+    """Import the profiler importer; fall back to loading the file directly."""
+    sys.path.insert(0, os.path.join(REPO, "bindings"))
+    try:
+        from stalloc.importers import torch_profiler  # type: ignore
+        return torch_profiler
+    except Exception:
+        path = os.path.join(REPO, "bindings", "stalloc", "importers", "torch_profiler.py")
+        spec = importlib.util.spec_from_file_location("stalloc_torch_profiler", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+
+def sizes(small: bool) -> dict:
+    if small:
+        return dict(hidden=64, inter=172, layers=4, heads=4, kv_heads=2, vocab=512,
+                    seq=32, batch=2, moe_inter=96)
+    return dict(hidden=256, inter=688, layers=4, heads=4, kv_heads=2, vocab=2048,
+                seq=128, batch=4, moe_inter=384)
+
+
+def build_model(name: str, s: dict, moe_impl: str = "eager"):
+    import transformers as tf
+    if name == "llama":
+        cfg = tf.LlamaConfig(hidden_size=s["hidden"], intermediate_size=s["inter"],
+                             num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                             num_key_value_heads=s["kv_heads"], vocab_size=s["vocab"],
+                             max_position_embeddings=max(256, s["seq"]))
+        model = tf.LlamaForCausalLM(cfg)
+    elif name == "gpt2":
+        cfg = tf.GPT2Config(n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
+                            vocab_size=s["vocab"], n_positions=max(256, s["seq"]),
+                            bos_token_id=0, eos_token_id=0)
+        model = tf.GPT2LMHeadModel(cfg)
+    elif name == "mixtral":
+        cfg = tf.MixtralConfig(hidden_size=s["hidden"], intermediate_size=s["moe_inter"],
+                               num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                               num_key_value_heads=s["kv_heads"], vocab_size=s["vocab"],
+                               max_position_embeddings=max(256, s["seq"]),
+                               num_local_experts=4, num_experts_per_tok=2,
+                               experts_implementation=moe_impl)
+        model = tf.MixtralForCausalLM(cfg)
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    model.train()
+    return model
+
+
+def _first(x):
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+class TwoStages:
+    """The model's layers split in two pipeline stages (same process)."""
+
+    def __init__(self, name: str, model):
+        from transformers.masking_utils import create_causal_mask
+        self.name, self.model, self.mask_fn = name, model, create_causal_mask
+        if name == "gpt2":
+            self.body, self.blocks = model.transformer, model.transformer.h
+        else:
+            self.body, self.blocks = model.model, model.model.layers
+        self.split = len(self.blocks) // 2
+
+    def _ctx(self, h):
+        pos = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+        mask = self.mask_fn(config=self.model.config, inputs_embeds=h, attention_mask=None,
+                            past_key_values=None, position_ids=pos)
+        pe = None if self.name == "gpt2" else self.body.rotary_emb(h, position_ids=pos)
+        return pos, mask, pe
+
+    def _layers(self, h, layers, ctx):
+        pos, mask, pe = ctx
+        for layer in layers:
+            if self.name == "gpt2":
+                h = _first(layer(h, None, mask, None, use_cache=False, position_ids=pos))
+            else:
+                h = _first(layer(h, attention_mask=mask, position_embeddings=pe,
+                                 position_ids=pos, use_cache=False))
+        return h
+
+    def stage0(self, ids):
+        if self.name == "gpt2":
+            h = self.body.wte(ids)
+            ctx = self._ctx(h)
+            h = self.body.drop(h + self.body.wpe(ctx[0]))
+        else:
+            h = self.body.embed_tokens(ids)
+            ctx = self._ctx(h)
+        return self._layers(h, self.blocks[: self.split], ctx)
+
+    def stage1(self, h, labels):
+        h = self._layers(h, self.blocks[self.split:], self._ctx(h))
+        h = self.body.ln_f(h) if self.name == "gpt2" else self.body.norm(h)
+        logits = self.model.lm_head(h)
+        return self.model.loss_function(logits=logits, labels=labels,
+                                        vocab_size=self.model.config.vocab_size)
+
+
+def one_f_one_b(stages: TwoStages, batches, nstages: int = 2):
+    """Run forward/backward of the micro-batches in 1F1B order on 2 stages."""
+    m = len(batches)
+    orders = []
+    for s in range(nstages):
+        warm = min(nstages - s - 1, m)
+        ops = [("F", i) for i in range(warm)]
+        f, b = warm, 0
+        while b < m:
+            if f < m:
+                ops.append(("F", f))
+                f += 1
+            ops.append(("B", b))
+            b += 1
+        orders.append(ops)
+    out0, in1, loss1 = {}, {}, {}
+    done = [set() for _ in range(nstages)]
+    pos = [0] * nstages
+    while any(pos[s] < len(orders[s]) for s in range(nstages)):
+        progressed = False
+        for s in range(nstages):  # one "clock tick": each ready stage runs its next op
+            if pos[s] >= len(orders[s]):
+                continue
+            op, i = orders[s][pos[s]]
+            ids, labels = batches[i]
+            if s == 0 and op == "F":
+                out0[i] = stages.stage0(ids)
+            elif s == 1 and op == "F":
+                if ("F", i) not in done[0]:
+                    continue
+                in1[i] = out0[i].detach().requires_grad_()  # "send" activation
+                loss1[i] = stages.stage1(in1[i], labels) / m
+            elif s == 1 and op == "B":
+                loss1.pop(i).backward()
+            else:  # stage 0 backward needs the gradient "received" from stage 1
+                if ("B", i) not in done[1]:
+                    continue
+                x = in1.pop(i)
+                torch.autograd.backward(out0.pop(i), grad_tensors=x.grad)
+                del x
+            done[s].add((op, i))
+            pos[s] += 1
+            progressed = True
+        if not progressed:
+            raise RuntimeError("1F1B schedule deadlocked")
+
+
+def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
+           keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager") -> dict:
+    from torch.profiler import ProfilerActivity, profile, schedule
+    torch.manual_seed(seed)
+    s = sizes(small)
+    micro = {"plain": 1, "recompute": 1, "accum": 2, "1f1b": 4}[variant]
+    gen = torch.Generator().manual_seed(seed + 1)
+    tag = f"{name}_{variant}"
+    tmp = tempfile.mkdtemp(prefix="stalloc_trace_")
+    json_path = os.path.join(tmp, f"{tag}.json")
+
+    t0 = time.time()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                 schedule=schedule(wait=0, warmup=0, active=steps + 1, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(json_path)) as prof:
+        model = build_model(name, s, moe_impl)
+        if variant == "recompute":
+            kw = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+        stages = TwoStages(name, model) if variant == "1f1b" else None
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        prof.step()  # end of ProfilerStep#0 (construction)
+        for _ in range(steps):
+            batches = []
+            for _ in range(micro):
+                ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen)
+                batches.append((ids, ids))
+            if stages is not None:
+                one_f_one_b(stages, batches)
+            else:
+                for ids, labels in batches:
+                    loss = model(input_ids=ids, labels=labels).loss / micro
+                    loss.backward()
+                    del loss
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            del batches
+            prof.step()
+    secs = time.time() - t0
+
+    events, info = importer.load_profiler_json(json_path, return_info=True)
+    np.savez_compressed(os.path.join(out_dir, f"{tag}.npz"), events=events)
+    if keep_json:
+        with open(json_path, "rb") as fi, gzip.open(
+                os.path.join(out_dir, f"{tag}.profiler.json.gz"), "wb", compresslevel=9) as fo:
+            shutil.copyfileobj(fi, fo)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return dict(name=tag, events=int(len(events)), seconds=round(secs, 1), **summarize(events, info))
+
+
+def summarize(ev, info) -> dict:
+    kind = ev["kind"].astype(np.int64)
+    delta = np.where(kind == 1, ev["size"].astype(np.int64),
+                     np.where(kind == 2, -ev["size"].astype(np.int64), 0))
+    live = np.cumsum(delta)
+    step_pos = np.flatnonzero(kind == 3)
+    per_step = np.diff(np.append(step_pos, len(ev))) - 1
+    return dict(lower_bound=int(live.max()) if len(live) else 0,
+                steps=int(len(step_pos)), events_per_step=per_step.tolist(),
+                unmatched_frees=info["unmatched_frees"], live_at_end=info["live_at_end"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="traces", help="output folder")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run")
+    ap.add_argument("--small", action="store_true", help="tiny sizes (test data)")
+    ap.add_argument("--json-for", nargs="*", default=None, metavar="NAME",
+                    help="keep the gzipped profiler JSON only for these runs "
+                         "(e.g. llama_plain); default: all runs")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1 keeps the event order deterministic)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--moe-impl", default="eager", choices=("eager", "grouped_mm", "batched_mm"),
+                    help="transformers experts_implementation for mixtral: 'eager' loops over "
+                         "the experts hit, so tensor sizes follow the routing (dynamic); "
+                         "'grouped_mm' (the transformers default) sorts tokens and gives "
+                         "fixed sizes")
+    args = ap.parse_args(argv)
+
+    import transformers
+    torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+    importer = _load_importer()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
+    for name in args.models:
+        for variant in args.variants:
+            tag = f"{name}_{variant}"
+            keep = args.json_for is None or tag in args.json_for
+            r = record(name, variant, args.steps, args.small, args.out, keep, importer,
+                       args.seed, args.moe_impl)
+            print(json.dumps(r), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
