@@ -1,0 +1,7 @@
+"""python -m stalloc: the same command line as the `stalloc` script."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,157 @@
+"""The allocator: alloc and free through libstalloc, statistics, steps and record mode."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ._lib import ffi, lib
+from .errors import check
+
+BACKENDS = ("host", "virtual", "cuda")
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of ``stalloc_stats_t``. ``allocated`` counts requested bytes of live blocks;
+    ``reserved`` counts bytes held from the backend."""
+
+    allocated_bytes: int
+    peak_allocated_bytes: int
+    reserved_bytes: int
+    peak_reserved_bytes: int
+    active_blocks: int
+    peak_active_blocks: int
+    alloc_count: int
+    free_count: int
+    failed_allocs: int
+    segment_count: int
+    backend_allocs: int
+    backend_frees: int
+    plan_hits: int
+    plan_misses: int
+    resyncs: int
+    dynamic_allocs: int
+    fallback_allocs: int
+    steps: int
+
+    @property
+    def fragmentation(self) -> float:
+        """1 - peak allocated / peak reserved (0 when nothing was reserved)."""
+        if not self.peak_reserved_bytes:
+            return 0.0
+        return 1.0 - self.peak_allocated_bytes / self.peak_reserved_bytes
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["fragmentation"] = self.fragmentation
+        return d
+
+
+def _backend_kind(name: str) -> int:
+    kind = ffi.new("stalloc_backend_kind_t*")
+    check(lib.stalloc_backend_parse(name.encode(), kind))
+    return kind[0]
+
+
+class Allocator:
+    """A libstalloc allocator. Every argument left as None keeps the library default (which
+    ``STALLOC_<NAME>`` environment variables may override; see docs/options.md).
+
+    >>> with Allocator(backend="host") as a:
+    ...     p = a.alloc(1024)
+    ...     a.free(p)
+    """
+
+    def __init__(self, backend: str | None = None, device: int | None = None,
+                 alignment: int | None = None, memory_limit: int | None = None,
+                 virtual_capacity: int | None = None, record_path=None):
+        opts = ffi.new("stalloc_options_t*")
+        lib.stalloc_options_init(opts)
+        if backend is not None:
+            opts.backend = _backend_kind(backend)
+        if device is not None:
+            opts.device = device
+        if alignment is not None:
+            opts.alignment = alignment
+        if memory_limit is not None:
+            opts.memory_limit = memory_limit
+        if virtual_capacity is not None:
+            opts.virtual_capacity = virtual_capacity
+        keep = None
+        if record_path is not None:
+            keep = ffi.new("char[]", os.fsencode(os.fspath(record_path)))
+            opts.record_path = keep
+        out = ffi.new("stalloc_allocator_t**")
+        check(lib.stalloc_allocator_create(opts, out))
+        self._handle = out[0]
+        self.device = int(opts.device)
+        self.backend = ffi.string(lib.stalloc_backend_name(opts.backend)).decode()
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("allocator is closed")
+        return self._handle
+
+    def alloc(self, size: int, stream: int = 0) -> int:
+        """Allocates size bytes; returns the address as an int (0 for size 0)."""
+        out = ffi.new("void**")
+        check(lib.stalloc_allocator_alloc(self._h(), size, self.device, stream, out))
+        return int(ffi.cast("uintptr_t", out[0]))
+
+    def free(self, ptr: int, size: int | None = None, stream: int | None = None) -> None:
+        """Frees ptr; with size (and stream), the sized form that checks the size."""
+        p = ffi.cast("void*", ptr)
+        if size is None:
+            check(lib.stalloc_allocator_free(self._h(), p))
+        else:
+            check(lib.stalloc_allocator_free_sized(self._h(), p, size, self.device, stream or 0))
+
+    def block_size(self, ptr: int) -> int:
+        out = ffi.new("size_t*")
+        check(lib.stalloc_allocator_block_size(self._h(), ffi.cast("void*", ptr), out))
+        return out[0]
+
+    def buffer(self, ptr: int, size: int):
+        """A writable memoryview over host-accessible memory (host backend only)."""
+        if self.backend != "host":
+            raise ValueError(f"the {self.backend} backend's memory is not readable from Python")
+        return memoryview(ffi.buffer(ffi.cast("char*", ptr), size))
+
+    def stats(self) -> Stats:
+        s = ffi.new("stalloc_stats_t*")
+        lib.stalloc_stats_init(s)
+        check(lib.stalloc_allocator_stats(self._h(), s))
+        return Stats(**{f: int(getattr(s, f)) for f in Stats.__dataclass_fields__})
+
+    def reset_peaks(self) -> None:
+        check(lib.stalloc_allocator_reset_peaks(self._h()))
+
+    def release_cached(self) -> None:
+        check(lib.stalloc_allocator_release_cached(self._h()))
+
+    def step(self, n: int) -> None:
+        """Marks the start of training step n."""
+        check(lib.stalloc_allocator_step_begin(self._h(), n))
+
+    def record_start(self, path) -> None:
+        check(lib.stalloc_allocator_record_start(self._h(), os.fsencode(os.fspath(path))))
+
+    def record_stop(self) -> None:
+        check(lib.stalloc_allocator_record_stop(self._h()))
+
+    def close(self) -> None:
+        """Frees every live block and returns all memory; finishes a recording."""
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            check(lib.stalloc_allocator_destroy(handle))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            lib.stalloc_allocator_destroy(self._handle)

@@ -1,0 +1,4 @@
+"""Thin adapters from frameworks to libstalloc: ``torch_backend`` and ``jax_backend``.
+
+Each imports its framework lazily, so ``import stalloc`` never needs torch or jax.
+"""
