@@ -17,6 +17,7 @@ from .errors import (
 )
 from .load import load_trace
 from .trace import EVENT_DTYPE, REQUEST_DTYPE, Trace, TraceSummary, TraceWriter
+# (more imports: one line per module)
 
 __version__ = ffi.string(lib.stalloc_version_string()).decode()
 

@@ -275,6 +275,16 @@ STALLOC_API stalloc_status_t stalloc_trace_writer_append(stalloc_trace_writer_t*
 /* Writes the end marker and closes; the writer is freed whatever the status. */
 STALLOC_API stalloc_status_t stalloc_trace_writer_close(stalloc_trace_writer_t* writer);
 
+/* (section: placement) */
+
+/* (section: plan) */
+
+/* (section: runtime) */
+
+/* (section: baseline simulators) */
+
+/* (section: dlpack) */
+
 /* ---------------------------------------------------------------------------------------
  * Epilogue
  * ------------------------------------------------------------------------------------- */
