@@ -283,7 +283,41 @@ STALLOC_API stalloc_status_t stalloc_trace_writer_close(stalloc_trace_writer_t* 
 
 /* (section: baseline simulators) */
 
-/* (section: dlpack) */
+/* ---------------------------------------------------------------------------------------
+ * DLPack: stalloc blocks handed to frameworks (JAX, PyTorch, CuPy) as DLPack tensors, zero
+ * copy. The tensor is a legacy (unversioned) DLManagedTensor, given out as void* so this
+ * header needs no dlpack.h; wrap it in a PyCapsule named "dltensor". Its deleter frees the
+ * block back to the allocator and may be called from any thread. An exporter counts the
+ * tensors it made and keeps the allocator alive until the last one is deleted. See docs/jax.md.
+ * ------------------------------------------------------------------------------------- */
+typedef struct stalloc_dlpack_exporter stalloc_dlpack_exporter_t;
+
+/* owns_allocator != 0: the exporter destroys the allocator once it has been released and its
+ * last tensor deleted (so nobody else may destroy it). With 0 the caller must keep the
+ * allocator alive while any tensor exists. The virtual backend is refused (UNSUPPORTED). */
+STALLOC_API stalloc_status_t stalloc_dlpack_exporter_create(stalloc_allocator_t* allocator,
+                                                            int32_t owns_allocator,
+                                                            stalloc_dlpack_exporter_t** exporter);
+/* Drops the creator's reference; memory goes when the last tensor is deleted too. NULL: no-op. */
+STALLOC_API stalloc_status_t stalloc_dlpack_exporter_release(stalloc_dlpack_exporter_t* exporter);
+/* Tensors made by the exporter and not yet deleted. */
+STALLOC_API stalloc_status_t stalloc_dlpack_exporter_live(const stalloc_dlpack_exporter_t* exporter,
+                                                          uint64_t* tensors);
+/* Allocates a compact row-major tensor (explicit strides, byte_offset 0) and gives its
+ * DLManagedTensor*. dtype is DLDataType (code: 0 int, 1 uint, 2 float, 4 bfloat, 5 complex,
+ * 6 bool; bits a multiple of 8). device_type is DLDeviceType: 1 (kDLCPU, device_id 0) for the
+ * host backend, 2 (kDLCUDA, the allocator's device) for the cuda backend. An empty tensor
+ * gets a 1-byte block so that its data pointer is never NULL. */
+STALLOC_API stalloc_status_t stalloc_dlpack_create(stalloc_dlpack_exporter_t* exporter,
+                                                   const int64_t* shape, int32_t ndim,
+                                                   uint8_t dtype_code, uint8_t dtype_bits,
+                                                   uint16_t dtype_lanes, int32_t device_type,
+                                                   int32_t device_id, void** managed_tensor);
+/* The data pointer and byte size of a tensor made by stalloc_dlpack_create. */
+STALLOC_API stalloc_status_t stalloc_dlpack_data(const void* managed_tensor, void** data,
+                                                 uint64_t* bytes);
+/* Calls the tensor's deleter (for a capsule that was never consumed). NULL: no-op. */
+STALLOC_API stalloc_status_t stalloc_dlpack_delete(void* managed_tensor);
 
 /* ---------------------------------------------------------------------------------------
  * Epilogue
