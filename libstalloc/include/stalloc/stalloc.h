@@ -277,11 +277,146 @@ STALLOC_API stalloc_status_t stalloc_trace_writer_close(stalloc_trace_writer_t* 
 
 /* (section: placement) */
 
-/* (section: plan) */
+/* ---------------------------------------------------------------------------------------
+ * Plan: the offline planner. It finds the steady-state iteration of a trace (step markers, or
+ * the period of the alloc-size sequence), classifies every request, places the persistent,
+ * warm-up and periodic ones in one pool so that the steady iteration can repeat forever, and
+ * computes the reusable space for dynamic requests. Docs: docs/planner.md, docs/plan-format.md.
+ * ------------------------------------------------------------------------------------- */
+typedef struct stalloc_plan stalloc_plan_t;
+
+typedef enum stalloc_request_class {
+  STALLOC_CLASS_PERSISTENT = 1, /* lives across the whole steady state (weights, optimizer state) */
+  STALLOC_CLASS_PERIODIC = 2,   /* same position and size every iteration: planned */
+  STALLOC_CLASS_TINY = 3,       /* <= tiny_threshold bytes: served by a slab, not planned */
+  STALLOC_CLASS_DYNAMIC = 4,    /* varies between iterations: placed online in reusable space */
+  STALLOC_CLASS_WARMUP = 5      /* once before the steady state, freed: planned */
+} stalloc_request_class_t;
+
+typedef struct stalloc_plan_params {
+  size_t struct_size;       /* sizeof(stalloc_plan_params_t), set by stalloc_plan_params_init */
+  double time_limit;        /* seconds for the placement's improving search; default 2; 0 = greedy only */
+  int32_t detect_period;    /* 1 (default): find the steady state; 0: plan the trace as one static timeline */
+  int32_t use_step_markers; /* 1 (default): use step markers when the trace has them */
+  int32_t classify;         /* 1 (default): tiny requests go to the slab; 0: they are planned too */
+  int32_t reuse_space;      /* 1 (default): compute the reusable space for dynamic requests */
+  uint64_t alignment;       /* every offset is a multiple of this; power of two; default 512 */
+  uint64_t tiny_threshold;  /* requests of at most this many bytes are tiny; default 512 */
+} stalloc_plan_params_t;
+
+/* One planned position (prologue or iteration), as the plan file stores it. */
+typedef struct stalloc_plan_entry {
+  uint64_t size;   /* requested bytes expected at this position */
+  uint64_t offset; /* offset in the pool; UINT64_MAX for tiny and dynamic requests */
+  uint32_t cls;    /* stalloc_request_class_t */
+  uint32_t window; /* dynamic: index of its reuse window; else UINT32_MAX */
+} stalloc_plan_entry_t;
+
+typedef struct stalloc_reuse_window {
+  uint32_t begin, end;  /* alloc positions in the iteration, half-open; end may pass the
+                           iteration's count (then it runs into the next iteration) */
+  uint32_t first_range; /* index into the ranges */
+  uint32_t range_count;
+} stalloc_reuse_window_t;
+
+typedef struct stalloc_reuse_range {
+  uint64_t offset, size; /* free bytes of the pool during the whole window */
+} stalloc_reuse_range_t;
+
+typedef struct stalloc_plan_info {
+  size_t struct_size;
+  uint64_t lower_bound;       /* of the planned requests: max over the trace's time of their live
+                                 requested bytes (no pool holding them can be smaller) */
+  uint64_t trace_lower_bound; /* of the whole trace (tiny and dynamic requests included) */
+  uint64_t plan_peak;         /* largest offset + size */
+  uint64_t pool_size;         /* bytes the runtime reserves (plan peak, aligned) */
+  uint64_t alignment;
+  uint64_t fingerprint;       /* of the trace's alloc-size sequence the plan covers */
+  uint64_t persistent, periodic, tiny, dynamic, warmup; /* entries of each class */
+  uint64_t prologue_count;    /* allocs before the steady state */
+  uint64_t iteration_count;   /* allocs per steady-state iteration (0: static plan) */
+  uint64_t steps_found;       /* complete steady-state iterations found in the trace */
+  uint64_t uses_step_markers; /* 1: the iterations came from step markers */
+  uint64_t window_count, range_count;
+  uint64_t reusable_bytes;    /* sum of the reuse ranges' sizes over all windows */
+  double ratio;               /* plan_peak / lower_bound (1 when nothing is planned) */
+  double seconds;             /* planning time */
+} stalloc_plan_info_t;
+
+STALLOC_API void stalloc_plan_params_init(stalloc_plan_params_t* params);
+/* Plans a trace; params may be NULL for the defaults. */
+STALLOC_API stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
+                                                 const stalloc_plan_params_t* params,
+                                                 stalloc_plan_t** plan);
+STALLOC_API void stalloc_plan_destroy(stalloc_plan_t* plan);
+/* Writes the plan file (atomically: a temporary file renamed over path). */
+STALLOC_API stalloc_status_t stalloc_plan_save(const stalloc_plan_t* plan, const char* path);
+/* Reads and validates a plan file: STALLOC_ERR_BAD_FORMAT, _TRUNCATED or _VERSION when damaged. */
+STALLOC_API stalloc_status_t stalloc_plan_load(const char* path, stalloc_plan_t** plan);
+STALLOC_API void stalloc_plan_info_init(stalloc_plan_info_t* info);
+STALLOC_API stalloc_status_t stalloc_plan_info(const stalloc_plan_t* plan, stalloc_plan_info_t* info);
+/* STALLOC_OK when the trace's allocs (its first prologue + one iteration) are the ones the plan
+ * was made for (fingerprint, dynamic positions masked); STALLOC_ERR_PLAN_MISMATCH otherwise. */
+STALLOC_API stalloc_status_t stalloc_plan_check(const stalloc_plan_t* plan,
+                                                const stalloc_trace_t* trace);
+/* Borrowed views, valid while the plan lives. which: 0 = prologue, 1 = iteration. */
+STALLOC_API stalloc_status_t stalloc_plan_entries(const stalloc_plan_t* plan, int32_t which,
+                                                  const stalloc_plan_entry_t** entries,
+                                                  size_t* count);
+STALLOC_API stalloc_status_t stalloc_plan_reuse(const stalloc_plan_t* plan,
+                                                const stalloc_reuse_window_t** windows,
+                                                size_t* window_count,
+                                                const stalloc_reuse_range_t** ranges,
+                                                size_t* range_count);
+
 
 /* (section: runtime) */
 
-/* (section: baseline simulators) */
+/* ---------------------------------------------------------------------------------------
+ * Baseline simulators: replay a trace through a model of PyTorch's CUDACachingAllocator
+ * (default, or expandable_segments:True) and report its peak reserved. What is and is not
+ * modelled: docs/baseline.md.
+ * ------------------------------------------------------------------------------------- */
+typedef enum stalloc_sim_kind {
+  STALLOC_SIM_TORCH = 0,           /* segments from cudaMalloc, split and cached */
+  STALLOC_SIM_TORCH_EXPANDABLE = 1 /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
+} stalloc_sim_kind_t;
+
+typedef struct stalloc_sim_params {
+  size_t struct_size;        /* sizeof(stalloc_sim_params_t), set by stalloc_sim_params_init */
+  stalloc_sim_kind_t kind;   /* default STALLOC_SIM_TORCH */
+  uint64_t max_split_size;   /* bytes; 0 = unlimited (PyTorch's default); else > 20 MiB,
+                                as max_split_size_mb requires */
+  uint64_t memory_limit;     /* device bytes the allocator may reserve; 0 = no limit */
+  uint64_t timeline_points;  /* capacity of the timeline arrays; 0 = no timeline */
+} stalloc_sim_params_t;
+
+typedef struct stalloc_sim_result {
+  size_t struct_size;
+  uint64_t peak_allocated;   /* max over time of live requested bytes */
+  uint64_t peak_reserved;    /* max over time of device bytes held (segments or mapped pages) */
+  uint64_t waste;            /* peak_reserved - peak_allocated */
+  double fragmentation;      /* 1 - peak_allocated / peak_reserved; 0 when nothing reserved */
+  uint64_t ooms;             /* allocs refused at the memory limit after flushing the cache */
+  uint64_t segments;         /* most segments held at once (expandable: segments created) */
+  uint64_t segment_allocs;   /* cudaMalloc calls (expandable: page-mapping calls) */
+  uint64_t cache_flushes;    /* times cached memory was released to retry an alloc */
+  uint64_t final_reserved;   /* bytes held after the last event */
+  uint64_t timeline_count;   /* timeline entries written (<= timeline_points) */
+} stalloc_sim_result_t;
+
+STALLOC_API void stalloc_sim_params_init(stalloc_sim_params_t* params);
+STALLOC_API void stalloc_sim_result_init(stalloc_sim_result_t* result);
+/* Replays every event of trace through the simulated allocator. The timeline arrays (each NULL
+ * or with params->timeline_points entries) receive, per bucket of consecutive events, the last
+ * event index of the bucket and the largest allocated and reserved bytes within it, so a plot
+ * of them keeps every peak. */
+STALLOC_API stalloc_status_t stalloc_simulate(const stalloc_trace_t* trace,
+                                              const stalloc_sim_params_t* params,
+                                              stalloc_sim_result_t* result,
+                                              uint64_t* timeline_event,
+                                              uint64_t* timeline_allocated,
+                                              uint64_t* timeline_reserved);
 
 /* ---------------------------------------------------------------------------------------
  * DLPack: stalloc blocks handed to frameworks (JAX, PyTorch, CuPy) as DLPack tensors, zero
