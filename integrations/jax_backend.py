@@ -1,0 +1,328 @@
+"""JAX arrays in stalloc memory, with zero copy through DLPack; XLA's allocator settings.
+
+    from stalloc.integrations import jax_backend
+    w = jax_backend.asarray(np.ones((256, 256), np.float32))   # stalloc bytes, seen by JAX
+    x = jax_backend.empty((8, 256), "float32")
+    print(jax_backend.default_allocator().stats())
+
+The tensor, its C deleter and the reference count that keeps the allocator alive are in
+libstalloc (dlpack.c): XLA may drop a buffer from any of its threads, so no Python runs then.
+This module only builds the "dltensor" capsule and checks that JAX really did not copy.
+jax is imported lazily: importing this module never needs it. See docs/jax.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import warnings
+
+import numpy as np
+
+from .._lib import ffi, lib
+from ..allocator import Allocator, Stats
+from ..errors import check
+
+DL_CPU, DL_CUDA = 1, 2
+# numpy dtype kind -> DLDataTypeCode; bfloat16 (ml_dtypes, kind 'V') is matched by name.
+_DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+_DL_BFLOAT = 4
+
+
+class ZeroCopyError(RuntimeError):
+    """JAX copied the data although zero copy was asked for."""
+
+
+def _jax():
+    try:
+        import jax
+    except ImportError as e:
+        raise ImportError("stalloc.integrations.jax_backend needs jax: pip install jax") from e
+    return jax
+
+
+# ---- the PyCapsule, built with the CPython API through ctypes --------------------------------
+_api = ctypes.pythonapi
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+# The capsule keeps a pointer to its name: a buffer that lives as long as the module.
+_CAPSULE_NAME = ctypes.create_string_buffer(b"dltensor")
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule):
+    # A consumer renames the capsule "used_dltensor" and then owns the tensor (it calls the
+    # deleter itself). Only a capsule nobody consumed still owns it and must delete it.
+    if _api.PyCapsule_IsValid(capsule, _CAPSULE_NAME):
+        lib.stalloc_dlpack_delete(ffi.cast("void*", _api.PyCapsule_GetPointer(capsule, _CAPSULE_NAME)))
+
+
+_DESTRUCTOR_PTR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+
+
+# ---- allocators --------------------------------------------------------------------------------
+class JaxAllocator:
+    """A stalloc allocator for JAX arrays.
+
+    Either it makes and owns its own libstalloc allocator (``allocator=None``; the options are
+    those of ``stalloc.Allocator``), which libstalloc destroys only once this object is closed
+    *and* JAX has dropped the last array in it, so no order of teardown can free memory XLA
+    still uses; or it wraps a ``stalloc.Allocator`` you own, which must then stay open while
+    any array made from it exists (this object keeps a reference, so garbage collection never
+    closes it early, but ``close()`` would)."""
+
+    def __init__(self, allocator: Allocator | None = None, *, backend: str | None = None,
+                 device: int | None = None, alignment: int | None = None,
+                 memory_limit: int | None = None):
+        self._lock = threading.Lock()
+        self._exporter = None
+        if allocator is None:
+            opts = ffi.new("stalloc_options_t*")
+            lib.stalloc_options_init(opts)
+            if backend is not None:
+                kind = ffi.new("stalloc_backend_kind_t*")
+                check(lib.stalloc_backend_parse(backend.encode(), kind))
+                opts.backend = kind[0]
+            if device is not None:
+                opts.device = device
+            if alignment is not None:
+                opts.alignment = alignment
+            if memory_limit is not None:
+                opts.memory_limit = memory_limit
+            out = ffi.new("stalloc_allocator_t**")
+            check(lib.stalloc_allocator_create(opts, out))
+            handle, owns, self._user = out[0], 1, None
+            self.backend = ffi.string(lib.stalloc_backend_name(opts.backend)).decode()
+            self.device = int(opts.device)
+        else:
+            handle, owns, self._user = allocator._h(), 0, allocator
+            self.backend, self.device = allocator.backend, allocator.device
+        exp = ffi.new("stalloc_dlpack_exporter_t**")
+        rc = lib.stalloc_dlpack_exporter_create(handle, owns, exp)
+        if rc != lib.STALLOC_OK and owns:
+            lib.stalloc_allocator_destroy(handle)
+        check(rc)
+        self._handle, self._exporter = handle, exp[0]
+        self.device_type = DL_CUDA if self.backend == "cuda" else DL_CPU
+
+    def _exp(self):
+        if self._exporter is None:
+            raise ValueError("JaxAllocator is closed")
+        return self._exporter
+
+    def stats(self) -> Stats:
+        self._exp()
+        s = ffi.new("stalloc_stats_t*")
+        lib.stalloc_stats_init(s)
+        check(lib.stalloc_allocator_stats(self._handle, s))
+        return Stats(**{f: int(getattr(s, f)) for f in Stats.__dataclass_fields__})
+
+    def live_tensors(self) -> int:
+        """Arrays made here that JAX (or anyone) has not yet dropped."""
+        n = ffi.new("uint64_t*")
+        check(lib.stalloc_dlpack_exporter_live(self._exp(), n))
+        return int(n[0])
+
+    def tensor(self, shape, dtype) -> "StallocTensor":
+        return StallocTensor(self, shape, dtype)
+
+    def close(self) -> None:
+        """Drops this object's hold; the memory goes once JAX has dropped every array too."""
+        with self._lock:
+            exp, self._exporter = self._exporter, None
+        if exp is not None:
+            lib.stalloc_dlpack_exporter_release(exp)
+
+    def __del__(self):
+        if getattr(self, "_exporter", None) is not None:
+            lib.stalloc_dlpack_exporter_release(self._exporter)
+
+
+_default = None
+_default_lock = threading.Lock()
+_wrapped: dict[int, JaxAllocator] = {}  # id(stalloc.Allocator) -> its wrapper, kept alive
+
+
+def default_allocator() -> JaxAllocator:
+    """The module's allocator: the host backend when JAX's default device is a CPU, the cuda
+    backend on the default GPU's ordinal when it is a GPU."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            dev = _jax().devices()[0]
+            if dev.platform == "gpu" or dev.platform == "cuda":
+                try:
+                    _default = JaxAllocator(backend="cuda", device=dev.local_hardware_id)
+                except Exception as e:
+                    raise RuntimeError(
+                        f"stalloc: JAX runs on {dev}, but stalloc's cuda backend could not be "
+                        f"created ({e}); pass allocator=JaxAllocator(...) explicitly") from e
+            elif dev.platform == "cpu":
+                _default = JaxAllocator(backend="host")
+            else:
+                raise RuntimeError(f"stalloc: no stalloc backend for JAX's {dev.platform} devices")
+        return _default
+
+
+def _resolve(allocator) -> JaxAllocator:
+    if allocator is None:
+        return default_allocator()
+    if isinstance(allocator, JaxAllocator):
+        return allocator
+    if isinstance(allocator, Allocator):
+        w = _wrapped.get(id(allocator))
+        if w is None or w._user is not allocator:
+            w = _wrapped[id(allocator)] = JaxAllocator(allocator)
+        return w
+    raise TypeError(f"allocator must be a JaxAllocator or a stalloc.Allocator, not {type(allocator).__name__}")
+
+
+# ---- the DLPack producer ------------------------------------------------------------------------
+def _dl_dtype(dtype: np.dtype) -> tuple[int, int]:
+    if dtype.name == "bfloat16":
+        return _DL_BFLOAT, 16
+    code = _DL_CODES.get(dtype.kind)
+    if code is None or dtype.itemsize == 0:
+        raise ValueError(f"stalloc: dtype {dtype} has no DLPack equivalent")
+    return code, dtype.itemsize * 8
+
+
+class StallocTensor:
+    """A block of stalloc memory shaped as a tensor, with ``__dlpack__`` and
+    ``__dlpack_device__`` so that JAX (or torch, numpy, CuPy) can take it with zero copy.
+    It can be handed out once; until then it owns the block, afterwards the consumer does."""
+
+    def __init__(self, allocator: JaxAllocator, shape, dtype):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        code, bits = _dl_dtype(self.dtype)
+        self.allocator = allocator  # keeps a wrapped user allocator referenced
+        out = ffi.new("void**")
+        check(lib.stalloc_dlpack_create(allocator._exp(), ffi.new("int64_t[]", self.shape or [0]),
+                                        len(self.shape), code, bits, 1, allocator.device_type,
+                                        allocator.device if allocator.device_type == DL_CUDA else 0,
+                                        out))
+        self._managed = out[0]
+        data, nbytes = ffi.new("void**"), ffi.new("uint64_t*")
+        check(lib.stalloc_dlpack_data(self._managed, data, nbytes))
+        self.data_ptr = int(ffi.cast("uintptr_t", data[0]))
+        self.nbytes = int(nbytes[0])
+
+    def numpy(self) -> np.ndarray:
+        """A writable numpy view of host memory, valid only before the tensor is handed out."""
+        if self._managed is None:
+            raise BufferError("stalloc: the tensor was handed out; its memory belongs to the consumer")
+        if self.allocator.device_type != DL_CPU:
+            raise ValueError("stalloc: only host-backend tensors can be viewed from numpy")
+        buf = ffi.buffer(ffi.cast("char*", self.data_ptr), self.nbytes)
+        return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        a = self.allocator
+        return (a.device_type, a.device if a.device_type == DL_CUDA else 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        # The producer is never asked to copy: the whole point is to share the block.
+        if copy:
+            raise BufferError("stalloc: __dlpack__(copy=True) is not supported; the tensor is shared")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"stalloc: the tensor lives on {self.__dlpack_device__()}, not {dl_device}")
+        if self._managed is None:
+            raise BufferError("stalloc: a StallocTensor can be handed out only once")
+        # Legacy "dltensor" capsule: what jax.dlpack.from_dlpack asks for (no max_version),
+        # and what every consumer accepts. Nothing stream-ordered happened on the block yet.
+        managed, self._managed = self._managed, None
+        return _api.PyCapsule_New(int(ffi.cast("uintptr_t", managed)), _CAPSULE_NAME, _DESTRUCTOR_PTR)
+
+    def __del__(self):
+        if getattr(self, "_managed", None) is not None:
+            lib.stalloc_dlpack_delete(self._managed)
+            self._managed = None
+
+
+def buffer_pointer(arr) -> int:
+    """The device address of a single-device jax.Array's buffer."""
+    return int(arr.addressable_data(0).unsafe_buffer_pointer())
+
+
+def to_jax(tensor: StallocTensor, zero_copy: bool = True):
+    """Hands a StallocTensor to JAX. With zero_copy, JAX is told not to copy (copy=False) and
+    the result's buffer address is checked against the block's: ZeroCopyError if they differ."""
+    jax = _jax()
+    ptr = tensor.data_ptr
+    try:
+        arr = jax.dlpack.from_dlpack(tensor, copy=False if zero_copy else None)
+    except (ValueError, RuntimeError) as e:
+        if zero_copy:
+            raise ZeroCopyError(f"stalloc: JAX refused to take the block at {ptr:#x} without a copy: {e}") from e
+        raise
+    if zero_copy and buffer_pointer(arr) != ptr:
+        raise ZeroCopyError(f"stalloc: JAX copied the block at {ptr:#x} to {buffer_pointer(arr):#x} "
+                            f"(dtype {tensor.dtype}, shape {tensor.shape})")
+    return arr
+
+
+def _canonical(dtype) -> np.dtype:
+    # JAX narrows 64-bit types unless jax_enable_x64; allocate what JAX will keep, or it copies.
+    return np.dtype(_jax().dtypes.canonicalize_dtype(np.dtype(dtype)))
+
+
+def empty(shape, dtype="float32", allocator=None, zero_copy: bool = True):
+    """An uninitialised jax.Array whose buffer is a stalloc block."""
+    return to_jax(_resolve(allocator).tensor(shape, _canonical(dtype)), zero_copy)
+
+
+def asarray(x, zero_copy: bool = True, allocator=None, dtype=None):
+    """Copies x (numpy or jax array, or anything np.asarray takes) once into stalloc memory and
+    hands it to JAX by DLPack with zero copy."""
+    a = _resolve(allocator)
+    src = np.asarray(x)
+    t = a.tensor(src.shape, _canonical(dtype or src.dtype))
+    if a.device_type != DL_CPU:
+        # Filling device memory needs a host-to-device copy that libstalloc does not offer yet.
+        raise NotImplementedError("stalloc: asarray into the cuda backend is not supported yet; "
+                                  "use empty() and compute into it")
+    np.copyto(t.numpy(), src, casting="same_kind" if dtype is None else "unsafe")
+    return to_jax(t, zero_copy)
+
+
+def tree_asarray(tree, zero_copy: bool = True, allocator=None):
+    """asarray over every leaf of a pytree (parameters, optimizer state)."""
+    jax = _jax()
+    return jax.tree_util.tree_map(lambda v: asarray(v, zero_copy, allocator), tree)
+
+
+# ---- XLA's own allocator ---------------------------------------------------------------------
+def configure_xla_memory(fraction: float | None = None, preallocate: bool = False) -> dict:
+    """Sets XLA's GPU client allocator options, which JAX reads once when it creates its
+    backend: XLA_PYTHON_CLIENT_PREALLOCATE (False: XLA grows its pool on demand instead of
+    taking 75% of the GPU at start, leaving room for stalloc) and, if given,
+    XLA_PYTHON_CLIENT_MEM_FRACTION (the share of GPU memory XLA may take, in (0, 1]).
+    Returns the variables set. Warns if JAX's backends already exist (then it is too late)."""
+    if fraction is not None and not (0.0 < float(fraction) <= 1.0):
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "true" if preallocate else "false"}
+    if fraction is not None:
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{float(fraction):.4g}"
+    if "jax" in sys.modules:
+        try:
+            from jax._src import xla_bridge
+            started = xla_bridge.backends_are_initialized()
+        except (ImportError, AttributeError):
+            started = True  # cannot tell: assume the worst
+        if started:
+            warnings.warn("stalloc: JAX's backend is already initialised; XLA memory settings take "
+                          "effect only in a new process (call configure_xla_memory before any JAX "
+                          "computation)", RuntimeWarning, stacklevel=2)
+    os.environ.update(env)
+    return env
+
+
+__all__ = ["JaxAllocator", "StallocTensor", "ZeroCopyError", "default_allocator", "empty", "asarray",
+           "tree_asarray", "to_jax", "buffer_pointer", "configure_xla_memory"]
