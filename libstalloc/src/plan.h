@@ -59,6 +59,9 @@ typedef struct stalloc_plan {
   size_t window_count;
   st_reuse_range* ranges;
   size_t range_count;
+
+  /* added by the planner: */
+  uint64_t planned_lower_bound; /* max over the trace's time of live bytes of planned requests */
 } stalloc_plan;
 
 #endif

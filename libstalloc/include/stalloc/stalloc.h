@@ -370,7 +370,61 @@ STALLOC_API stalloc_status_t stalloc_plan_reuse(const stalloc_plan_t* plan,
                                                 size_t* range_count);
 
 
-/* (section: runtime) */
+/* ---------------------------------------------------------------------------------------
+ * Runtime: serving a run from a plan, and replaying a trace through it (docs/runtime.md).
+ * ------------------------------------------------------------------------------------- */
+
+/* Switches the allocator to plan mode: reserves the plan's pool once and from then on answers
+ * each request that matches the plan (position, then size) with its planned address; the plan
+ * is copied, so the caller may destroy it. Blocks already live stay where they are. Requests
+ * the plan does not cover go to the reusable space of the plan's windows, a slab (<= 512 B)
+ * or the fallback pool; after a divergence the runtime finds its position again (resync).
+ * STALLOC_ERR_PLAN_MISMATCH when the plan's offsets break the allocator's alignment;
+ * STALLOC_ERR_INVALID_ARGUMENT when a plan is already loaded or the plan is malformed. */
+STALLOC_API stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* allocator,
+                                                         const stalloc_plan_t* plan);
+
+typedef struct stalloc_replay_options {
+  size_t struct_size;             /* sizeof(stalloc_replay_options_t), set by _init */
+  stalloc_backend_kind_t backend; /* STALLOC_BACKEND_VIRTUAL (default) or STALLOC_BACKEND_HOST */
+  uint64_t alignment;             /* 0 (default): the plan's alignment, or 512 without a plan */
+  int32_t check_overlap;          /* 1 (default): after every alloc, check that no two live
+                                     blocks share a byte (an interval check of its own) */
+  int32_t check_data;             /* 1: host backend only: fill every block with a pattern at
+                                     alloc and verify it at free; default 0 */
+  int32_t use_steps;              /* 1 (default): pass the trace's step markers on */
+  int32_t reserved0;
+  uint64_t virtual_capacity;      /* address range for the virtual backend; 0 = 1 TiB */
+} stalloc_replay_options_t;
+
+typedef struct stalloc_replay_result {
+  size_t struct_size;
+  uint64_t events;            /* events replayed */
+  uint64_t requests;          /* allocs replayed */
+  uint64_t lower_bound;       /* of the replayed trace */
+  uint64_t peak_allocated;    /* = lower_bound when every event replayed */
+  uint64_t peak_reserved;
+  double fragmentation;       /* 1 - peak_allocated / peak_reserved */
+  uint64_t hits;              /* served at their planned offset */
+  uint64_t misses;            /* the plan did not cover them */
+  uint64_t fallbacks;         /* served by the fallback pool */
+  uint64_t resyncs;
+  uint64_t dynamic;           /* served in the plan's reusable space */
+  uint64_t tiny;              /* served by the slab */
+  uint64_t pool_size;         /* bytes of the plan's pool (0 without a plan) */
+  uint64_t checked_events;    /* events after which the overlap check ran */
+  double seconds;             /* wall time of the replay, checks included */
+} stalloc_replay_result_t;
+
+STALLOC_API void stalloc_replay_options_init(stalloc_replay_options_t* options);
+STALLOC_API void stalloc_replay_result_init(stalloc_replay_result_t* result);
+/* Drives a fresh allocator with the trace's events (plan may be NULL: fallback pool only).
+ * Frees of allocs before the trace and failed allocs are skipped. An overlap or a damaged
+ * pattern is STALLOC_ERR_INTERNAL naming the event. */
+STALLOC_API stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
+                                            const stalloc_replay_options_t* options,
+                                            stalloc_replay_result_t* result);
+
 
 /* ---------------------------------------------------------------------------------------
  * Baseline simulators: replay a trace through a model of PyTorch's CUDACachingAllocator

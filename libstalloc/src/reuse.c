@@ -1,0 +1,105 @@
+/* reuse.c - Dynamic Reusable Space: for each window of the iteration in which dynamic requests
+ * live, the address ranges of the pool that no planned request occupies at any moment of the
+ * window. Online, dynamic requests are placed best-fit into these ranges.
+ *
+ * Windows are the unions of overlapping dynamic lifetimes (alloc positions of the iteration,
+ * half-open; `end` may pass iteration_count when a dynamic request is freed in the next
+ * iteration, up to 2 * iteration_count). A planned request occupies its range in a window if
+ * any of its copies (previous, this or next iteration) overlaps the window; persistent requests
+ * occupy theirs always. Occupied ranges use aligned sizes, as the placement does. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+typedef struct span {
+  uint64_t lo, hi;
+} span;
+
+static int by_lo(const void* a, const void* b) {
+  const span *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static bool grow(void** p, size_t* cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  size_t c = *cap ? *cap * 2 : 64;
+  while (c < need) c *= 2;
+  void* q = realloc(*p, c * elem);
+  if (!q) return false;
+  *p = q;
+  *cap = c;
+  return true;
+}
+
+stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prologue,
+                                  const st_class_item* iteration) {
+  size_t p = plan->iteration_count;
+  uint64_t a = plan->alignment;
+  st_reuse_window* windows = NULL;
+  st_reuse_range* ranges = NULL;
+  span* occ = NULL;
+  size_t wcap = 0, rcap = 0, ocap = 0, wn = 0, rn = 0;
+
+  /* 1. windows: merge the lifetimes of dynamic positions that can be served from reuse space */
+  for (size_t pos = 0; pos < p; pos++) {
+    st_plan_entry* e = &plan->iteration[pos];
+    if (e->cls != PLAN_CLASS_DYNAMIC) continue;
+    const st_class_item* c = &iteration[pos];
+    if (c->end == ST_NEVER || c->end > 2 * (uint64_t)p) continue; /* fallback pool only */
+    if (wn && c->begin < windows[wn - 1].end) {
+      if (c->end > windows[wn - 1].end) windows[wn - 1].end = (uint32_t)c->end;
+    } else {
+      if (!grow((void**)&windows, &wcap, wn + 1, sizeof *windows)) goto oom;
+      windows[wn++] = (st_reuse_window){(uint32_t)c->begin, (uint32_t)c->end, 0, 0};
+    }
+    e->window = (uint32_t)(wn - 1);
+  }
+
+  /* 2. per window: the complement of the occupied ranges within [0, pool_size) */
+  for (size_t w = 0; w < wn; w++) {
+    uint64_t b = windows[w].begin, en = windows[w].end;
+    size_t on = 0;
+    for (size_t i = 0; i < plan->prologue_count; i++) {
+      if (prologue[i].cls != PLAN_CLASS_PERSISTENT) continue;
+      if (!grow((void**)&occ, &ocap, on + 1, sizeof *occ)) goto oom;
+      uint64_t off = plan->prologue[i].offset;
+      occ[on++] = (span){off, off + st_align_up(plan->prologue[i].size, a)};
+    }
+    for (size_t pos = 0; pos < p; pos++) {
+      if (plan->iteration[pos].cls != PLAN_CLASS_PERIODIC) continue;
+      uint64_t lo = iteration[pos].begin, hi = iteration[pos].end;
+      /* copies shifted by -p, 0, +p (all times offset by p to stay unsigned) */
+      bool hit = false;
+      for (uint64_t s = 0; s <= 2 && !hit; s++)
+        hit = lo + s * p < en + p && hi + s * p > b + p;
+      if (!hit) continue;
+      if (!grow((void**)&occ, &ocap, on + 1, sizeof *occ)) goto oom;
+      uint64_t off = plan->iteration[pos].offset;
+      occ[on++] = (span){off, off + st_align_up(plan->iteration[pos].size, a)};
+    }
+    qsort(occ, on, sizeof *occ, by_lo);
+    windows[w].first_range = (uint32_t)rn;
+    uint64_t cursor = 0;
+    for (size_t k = 0; k <= on; k++) {
+      uint64_t lo = k < on ? occ[k].lo : plan->pool_size;
+      if (lo > cursor) {
+        if (!grow((void**)&ranges, &rcap, rn + 1, sizeof *ranges)) goto oom;
+        ranges[rn++] = (st_reuse_range){cursor, lo - cursor};
+      }
+      if (k < on && occ[k].hi > cursor) cursor = occ[k].hi;
+    }
+    windows[w].range_count = (uint32_t)(rn - windows[w].first_range);
+  }
+  free(occ);
+  plan->windows = windows;
+  plan->window_count = wn;
+  plan->ranges = ranges;
+  plan->range_count = rn;
+  return STALLOC_OK;
+oom:
+  free(occ);
+  free(windows);
+  free(ranges);
+  return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory for the reuse table");
+}
