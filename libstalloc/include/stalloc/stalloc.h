@@ -509,6 +509,27 @@ STALLOC_API stalloc_status_t stalloc_dlpack_data(const void* managed_tensor, voi
 STALLOC_API stalloc_status_t stalloc_dlpack_delete(void* managed_tensor);
 
 /* ---------------------------------------------------------------------------------------
+ * PyTorch plug: the C functions torch.cuda.memory.CUDAPluggableAllocator calls, with
+ * PyTorch's exact signatures. They take no context, so they serve the allocator registered
+ * for the device (one process-wide table, in torch_plug.c). cudaStream_t is a pointer type;
+ * void* has its size and calling convention.
+ * ------------------------------------------------------------------------------------- */
+
+/* Registers the allocator that serves `device` (0..63); NULL unregisters. The caller keeps
+ * the allocator alive while registered and while blocks it gave out are live. */
+STALLOC_API stalloc_status_t stalloc_torch_register(int32_t device, stalloc_allocator_t* allocator);
+/* PyTorch's malloc: NULL on failure (no allocator for the device, out of memory); the reason
+ * is in stalloc_torch_last_error(). */
+STALLOC_API void* stalloc_torch_malloc(size_t size, int device, void* stream);
+/* PyTorch's free. It cannot return an error: a failure is counted, kept in
+ * stalloc_torch_last_error() and reported once on stderr; nothing is freed then. */
+STALLOC_API void stalloc_torch_free(void* ptr, size_t size, int device, void* stream);
+/* The last failure of stalloc_torch_malloc/free in this process, with its status; "" if none. */
+STALLOC_API const char* stalloc_torch_last_error(stalloc_status_t* status);
+/* Frees that failed since the process started (double frees, foreign pointers). */
+STALLOC_API uint64_t stalloc_torch_failed_frees(void);
+
+/* ---------------------------------------------------------------------------------------
  * Epilogue
  * ------------------------------------------------------------------------------------- */
 #ifndef STALLOC_CDEF
