@@ -76,6 +76,8 @@ stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
     free(r);
   }
   u64map_destroy(&a->live);
+  st_runtime_destroy(a->runtime);
+  st_slab_destroy(a->slab);
   st_fallback_destroy(a->fallback);
   a->ops->destroy(a->backend);
   pthread_mutex_destroy(&a->lock);
@@ -104,6 +106,35 @@ static void count_alloc(stalloc_allocator_t* a, uint64_t size) {
   st->alloc_count++;
 }
 
+/* Picks the pool: in plan mode the runtime decides (planned offset, reusable space, slab or
+ * fallback); otherwise the fallback pool serves everything. Lock held. */
+static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, uint64_t stream, void** p,
+                                       void** handle, uint8_t* origin) {
+  a->allocs_seen++;
+  if (a->runtime) {
+    st_rt_outcome outcome;
+    st_range_node* node = NULL;
+    stalloc_status_t s = st_runtime_alloc(a->runtime, size, stream, &outcome, p, &node);
+    if (s) return s;
+    if (outcome == RT_HIT || outcome == RT_DYNAMIC) {
+      *handle = node;
+      *origin = ORIGIN_PLAN;
+      return STALLOC_OK;
+    }
+    if (outcome == RT_TINY && st_slab_alloc(a->slab, size, stream, p, (st_slot**)handle) == STALLOC_OK) {
+      *origin = ORIGIN_SLAB;
+      return STALLOC_OK;
+    }
+  }
+  st_block* block;
+  stalloc_status_t s = st_fallback_alloc(a->fallback, size, stream, p, &block);
+  if (s) return s;
+  *handle = block;
+  *origin = ORIGIN_FALLBACK;
+  a->stats.fallback_allocs++;
+  return STALLOC_OK;
+}
+
 stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, int32_t device,
                                          uint64_t stream, void** ptr) {
   if (!a || !ptr) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "alloc: NULL argument");
@@ -120,16 +151,16 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
     s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "alloc: no host memory for bookkeeping");
   } else {
     void* p;
-    st_block* block;
-    s = st_fallback_alloc(a->fallback, size, stream, &p, &block);
+    void* handle;
+    uint8_t origin;
+    s = dispatch_alloc(a, size, stream, &p, &handle, &origin);
     if (s) {
       drop_record(a, r);
     } else {
       *r = (live_block){.ptr = p, .size = size, .id = a->next_id++, .stream = stream,
                         .recording = a->recorder ? a->recording : 0, .device = (int16_t)device,
-                        .origin = ORIGIN_FALLBACK, .handle = block};
+                        .origin = origin, .handle = handle};
       u64map_put(&a->live, (uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)r);
-      a->stats.fallback_allocs++;
       count_alloc(a, size);
       st_record_event(a, STALLOC_EVENT_ALLOC, r->id, size, p, stream, device, 0);
       *ptr = p;
@@ -165,7 +196,11 @@ static stalloc_status_t find_live(stalloc_allocator_t* a, const void* ptr, const
 
 static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream) {
   u64map_remove(&a->live, (uint64_t)(uintptr_t)r->ptr, NULL);
-  st_fallback_free(a->fallback, r->handle, stream);
+  switch (r->origin) {
+    case ORIGIN_PLAN: st_runtime_free(a->runtime, r->handle, stream); break;
+    case ORIGIN_SLAB: st_slab_free(a->slab, r->handle, stream); break;
+    default: st_fallback_free(a->fallback, r->handle, stream); break;
+  }
   a->freed[a->freed_next] = (uintptr_t)r->ptr;
   a->freed_next = (a->freed_next + 1) % FREED_RING;
   a->stats.allocated_bytes -= r->size;
@@ -238,6 +273,13 @@ stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* a, stalloc_stats_t
   s.segment_count = a->budget.segments;
   s.backend_allocs = a->budget.backend_allocs;
   s.backend_frees = a->budget.backend_frees;
+  if (a->runtime) {
+    const st_runtime_counters* c = st_runtime_counters_of(a->runtime);
+    s.plan_hits = c->hits;
+    s.plan_misses = c->misses;
+    s.resyncs = c->resyncs;
+    s.dynamic_allocs = c->dynamic;
+  }
   UNLOCK(a);
   size_t n = ST_MIN(out->struct_size, sizeof s);
   memcpy((char*)out + sizeof(size_t), (char*)&s + sizeof(size_t), n - sizeof(size_t));
@@ -254,6 +296,7 @@ stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* a) {
   s->alloc_count = s->free_count = s->failed_allocs = 0;
   s->plan_hits = s->plan_misses = s->resyncs = s->dynamic_allocs = s->fallback_allocs = 0;
   s->steps = 0;
+  if (a->runtime) st_runtime_reset_counters(a->runtime);
   a->budget.backend_allocs = a->budget.backend_frees = 0;
   UNLOCK(a);
   return STALLOC_OK;
@@ -263,7 +306,33 @@ stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t s
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "step_begin: NULL allocator");
   LOCK(a);
   a->stats.steps++;
+  if (a->runtime) st_runtime_step(a->runtime);
   st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
   UNLOCK(a);
   return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struct stalloc_plan* plan) {
+  if (!a || !plan) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: NULL argument");
+  LOCK(a);
+  stalloc_status_t s = STALLOC_OK;
+  st_runtime* rt = NULL;
+  st_slab* slab = NULL;
+  if (a->runtime) {
+    s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: this allocator already serves a plan");
+  } else {
+    /* Blocks already live stay in the fallback pool; the plan's positions count from the
+     * first alloc of the run. */
+    s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment, plan,
+                          a->allocs_seen, &rt);
+    if (!s) s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment, &slab);
+    if (s) {
+      st_runtime_destroy(rt);
+    } else {
+      a->runtime = rt;
+      a->slab = slab;
+    }
+  }
+  UNLOCK(a);
+  return s;
 }

@@ -5,10 +5,15 @@
 #include <pthread.h>
 
 #include "fallback.h"
+#include "runtime.h"
 #include "u64map.h"
 
 /* Where a live block came from. */
-typedef enum block_origin { ORIGIN_FALLBACK = 1 } block_origin;
+typedef enum block_origin {
+  ORIGIN_FALLBACK = 1, /* handle: st_block* of the fallback pool */
+  ORIGIN_PLAN = 2,     /* handle: st_range_node* of the runtime's pool (planned or dynamic) */
+  ORIGIN_SLAB = 3      /* handle: st_slot* */
+} block_origin;
 
 /* One live allocation. */
 typedef struct live_block {
@@ -19,7 +24,7 @@ typedef struct live_block {
   uint32_t recording; /* the recording it was allocated in; 0 = none */
   int16_t device;
   uint8_t origin;     /* block_origin */
-  st_block* handle;   /* the fallback pool's block */
+  void* handle;       /* the pool's own record, by origin */
   struct live_block* next_spare;
 } live_block;
 
@@ -33,6 +38,9 @@ struct stalloc_allocator {
   backend_caps caps;
   st_budget budget;
   st_fallback* fallback;
+  st_runtime* runtime;      /* non-NULL in plan mode */
+  st_slab* slab;            /* tiny requests in plan mode */
+  uint64_t allocs_seen;     /* every alloc call since creation: the run's position */
 
   u64map live;              /* ptr -> live_block* */
   live_block* spare_records;
