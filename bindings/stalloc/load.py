@@ -2,7 +2,10 @@
 
 Formats: ``native`` (docs/trace-format.md), ``torch-profiler`` (Chrome trace JSON from
 ``torch.profiler`` with ``profile_memory=True``, plain or gzipped), ``npz`` (a numpy file
-with an ``events`` array of EVENT_DTYPE). More importers register in FORMATS.
+with an ``events`` array of EVENT_DTYPE), ``rmm`` (RMM logging CSV), ``torch-snapshot``
+(``torch.cuda.memory._dump_snapshot`` pickle), ``stalloc-log`` (the reference STAlloc
+tracer's text log), ``minimalloc`` (MiniMalloc CSV); docs/formats.md. More importers
+register in FORMATS.
 """
 
 from __future__ import annotations
@@ -35,10 +38,38 @@ def _load_torch_profiler(path) -> Trace:
     return Trace.from_events(load_profiler_json(path))
 
 
+def _load_rmm(path) -> Trace:
+    from .importers.rmm import load_rmm_csv
+
+    return Trace.from_events(load_rmm_csv(path))
+
+
+def _load_torch_snapshot(path) -> Trace:
+    from .importers.torch_snapshot import load_torch_snapshot
+
+    return Trace.from_events(load_torch_snapshot(path))
+
+
+def _load_stalloc_log(path) -> Trace:
+    from .importers.stalloc_log import load_stalloc_log
+
+    return Trace.from_events(load_stalloc_log(path))
+
+
+def _load_minimalloc(path) -> Trace:
+    from .importers.minimalloc_csv import load_minimalloc_csv
+
+    return Trace.from_events(load_minimalloc_csv(path))
+
+
 FORMATS: dict[str, Callable[[str], Trace]] = {
     "native": _load_native,
     "npz": _load_npz,
     "torch-profiler": _load_torch_profiler,
+    "rmm": _load_rmm,
+    "torch-snapshot": _load_torch_snapshot,
+    "stalloc-log": _load_stalloc_log,
+    "minimalloc": _load_minimalloc,
 }
 
 
@@ -67,9 +98,23 @@ def detect_format(path) -> str:
         return "native"
     if head.startswith(b"PK"):
         return "npz"
+    if head.startswith(b"\x80"):  # a pickle: what torch.cuda.memory._dump_snapshot writes
+        return "torch-snapshot"
     text = head.lstrip()
+    if text.startswith(b"{") and (b'"device_traces"' in text or b'"segments"' in text):
+        return "torch-snapshot"
     if text.startswith(b"{") or text.startswith(b"["):
         return "torch-profiler"
+    from .importers.minimalloc_csv import looks_like_minimalloc_csv
+    from .importers.rmm import looks_like_rmm_csv
+    from .importers.stalloc_log import looks_like_stalloc_log
+
+    if looks_like_rmm_csv(head):
+        return "rmm"
+    if looks_like_minimalloc_csv(head):
+        return "minimalloc"
+    if looks_like_stalloc_log(head):
+        return "stalloc-log"
     raise ValueError(
         f"{path}: cannot tell the trace format from its content; name it with --format "
         f"(one of {', '.join(sorted(FORMATS))})"
