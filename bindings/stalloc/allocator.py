@@ -130,6 +130,11 @@ class Allocator:
     def release_cached(self) -> None:
         check(lib.stalloc_allocator_release_cached(self._h()))
 
+    def load_plan(self, plan) -> None:
+        """Switches to plan mode (a stalloc.Plan; the library keeps its own copy). Blocks
+        already live stay where they are."""
+        check(lib.stalloc_allocator_load_plan(self._h(), plan._handle))
+
     def step(self, n: int) -> None:
         """Marks the start of training step n."""
         check(lib.stalloc_allocator_step_begin(self._h(), n))
