@@ -108,8 +108,9 @@ static stalloc_status_t fail_cu(cu_result r, const char* fmt, ...) {
 /* ---- state ---- */
 
 typedef struct cu_ev { /* a recorded point in a stream, pooled */
-  cu_event event;
+  cu_event event;     /* NULL when cuEventCreate failed */
   cu_stream stream;
+  bool completed;     /* known to be reached: no need to ask the driver */
   struct cu_ev* next; /* in the spare list */
 } cu_ev;
 
@@ -482,53 +483,51 @@ static stalloc_status_t cuda_unmap(void* state, void* at, uint64_t size) {
 
 /* ---- stream order ---- */
 
+static void cuda_event_destroy(void* state, void* event);
+
 static stalloc_status_t cuda_event_record(void* state, uint64_t stream, void** event) {
   cuda_state* s = state;
   cu_stream cs = (cu_stream)(uintptr_t)stream;
   bool pushed;
   ENTER(s, pushed, "cuEventRecord");
   cu_ev* e = s->spare_events;
-  cu_result r = ST_CU_SUCCESS;
-  const char* call = "cuEventRecord";
   if (e) {
     s->spare_events = e->next;
     s->spare_count--;
-  } else if ((e = malloc(sizeof *e)) != NULL) {
-    call = "cuEventCreate";
-    r = D.cuEventCreate(&e->event, ST_CU_EVENT_DISABLE_TIMING);
-    if (r != ST_CU_SUCCESS) {
-      free(e);
-      e = NULL;
-    }
+  } else if ((e = calloc(1, sizeof *e)) == NULL) {
+    D.cuStreamSynchronize(cs); /* whoever treats the block as free is then right */
+    ctx_leave(pushed);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: no host memory for an event");
   }
-  if (e) {
-    e->stream = cs;
+  const char* call = "cuEventCreate";
+  cu_result r = ST_CU_SUCCESS;
+  if (!e->event && (r = D.cuEventCreate(&e->event, ST_CU_EVENT_DISABLE_TIMING)) != ST_CU_SUCCESS) e->event = NULL;
+  if (r == ST_CU_SUCCESS) {
     call = "cuEventRecord";
     r = D.cuEventRecord(e->event, cs);
-    if (r == ST_CU_SUCCESS) {
+  }
+  e->stream = cs;
+  e->completed = false;
+  if (r != ST_CU_SUCCESS) {
+    /* No event to order the block by: wait for the stream now and hand out a point that is
+     * already reached, so every stream may reuse the block and none too early. */
+    cu_result sync = D.cuStreamSynchronize(cs);
+    if (sync != ST_CU_SUCCESS) {
       ctx_leave(pushed);
-      *event = e;
-      return STALLOC_OK;
+      cuda_event_destroy(s, e);
+      return fail_cu(r, "%s on stream %p (and waiting for the stream failed too)", call, (void*)cs);
     }
-    e->next = s->spare_events;
-    s->spare_events = e;
-    s->spare_count++;
+    e->completed = true;
   }
-  /* No event to order the block by: wait for the stream instead, so the block is truly free
-   * for every stream (a NULL event means exactly that to the pools). */
-  cu_result sync = D.cuStreamSynchronize(cs);
   ctx_leave(pushed);
-  if (sync == ST_CU_SUCCESS) {
-    *event = NULL;
-    return STALLOC_OK;
-  }
-  if (r == ST_CU_SUCCESS) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: no host memory for an event");
-  return fail_cu(r, "%s on stream %p", call, (void*)cs);
+  *event = e;
+  return STALLOC_OK;
 }
 
 static bool cuda_event_done(void* state, void* event) {
   cuda_state* s = state;
   cu_ev* e = event;
+  if (e->completed) return true;
   bool pushed;
   if (ctx_enter(s, &pushed) != ST_CU_SUCCESS) return false; /* cannot tell: never too early */
   cu_result r = D.cuEventQuery(e->event);
@@ -541,12 +540,17 @@ static bool cuda_event_done(void* state, void* event) {
     done = true;
   }
   ctx_leave(pushed);
+  if (done) e->completed = true; /* later queries need no driver call */
   return done;
 }
 
 static void cuda_event_destroy(void* state, void* event) {
   cuda_state* s = state;
   cu_ev* e = event;
+  if (!e->event) {
+    free(e);
+    return;
+  }
   if (s->spare_count < SPARE_EVENTS_MAX) {
     /* Re-recording an event, even one still pending, is allowed: keep it for the next free. */
     e->next = s->spare_events;

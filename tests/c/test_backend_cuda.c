@@ -401,7 +401,16 @@ static void case_event_errors(void) {
   mock_launch(A);
   mock_fail("cuEventRecord", ST_CU_ERROR_UNKNOWN, 1);
   CHECK_OK(stalloc_allocator_free_sized(a, p, size, 0, (uintptr_t)A));
-  CHECK(mock_pending(A) == 0); /* no event: the free waited for A instead */
+  CHECK(mock_pending(A) == 0); /* no event: the free waited for A instead ... */
+  CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)B, &q));
+  CHECK(q == p); /* ... so B may have the block at once */
+  CHECK_OK(stalloc_allocator_free_sized(a, q, size, 0, (uintptr_t)B));
+  CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)A, &p));
+  mock_launch(A);
+  mock_fail("cuEventRecord", ST_CU_ERROR_UNKNOWN, 1);
+  mock_fail("cuStreamSynchronize", ST_CU_ERROR_ILLEGAL_ADDRESS, 1);
+  CHECK_OK(stalloc_allocator_free_sized(a, p, size, 0, (uintptr_t)A)); /* free cannot fail */
+  CHECK(contains(stalloc_last_error(), "waiting for the stream failed"));
   CHECK_OK(stalloc_allocator_destroy(a));
   check_all_returned();
 }
@@ -457,6 +466,88 @@ static void case_threads_and_devices(void) {
   CHECK(mock_stat("primary_refs1") == 0 && mock_stat("primary_refs0") == 1);
   check_all_returned();
 }
+
+/* ---- plan mode over the cuda backend: the plan's pool comes from reserve + map ---- */
+
+static void append(stalloc_trace_t* t, uint8_t kind, uint64_t id, uint64_t size) {
+  stalloc_event_t e = {.id = id, .size = size, .kind = kind};
+  CHECK_OK(stalloc_trace_append(t, &e, 1));
+}
+
+/* Persistent weights, then iterations that each allocate activations and free them in reverse. */
+static stalloc_trace_t* training_trace(void) {
+  stalloc_trace_t* t;
+  CHECK_OK(stalloc_trace_create(&t));
+  uint64_t id = 1;
+  append(t, STALLOC_EVENT_ALLOC, id++, 6 * MiB);
+  const uint64_t sizes[] = {3 * MiB, 1 * MiB + 4096, 5 * MiB, 700 * 1024, 2 * MiB};
+  for (uint64_t it = 0; it < 6; it++) {
+    append(t, STALLOC_EVENT_STEP, it, 0);
+    uint64_t first = id;
+    for (int i = 0; i < 5; i++) append(t, STALLOC_EVENT_ALLOC, id++, sizes[i]);
+    for (int i = 4; i >= 0; i--) append(t, STALLOC_EVENT_FREE, first + (uint64_t)i, 0);
+  }
+  return t;
+}
+
+/* Runs the trace's events through the allocator, writing each block and checking it at free. */
+static void drive(stalloc_allocator_t* a, const stalloc_trace_t* t) {
+  const stalloc_event_t* ev;
+  size_t n;
+  CHECK_OK(stalloc_trace_events(t, &ev, &n));
+  void* ptrs[64] = {0};
+  for (size_t i = 0; i < n; i++) {
+    if (ev[i].kind == STALLOC_EVENT_STEP) {
+      CHECK_OK(stalloc_allocator_step_begin(a, ev[i].id));
+    } else if (ev[i].kind == STALLOC_EVENT_ALLOC) {
+      CHECK(ev[i].id < 64);
+      CHECK_OK(stalloc_allocator_alloc(a, ev[i].size, 0, 0, &ptrs[ev[i].id]));
+      memset(ptrs[ev[i].id], (int)ev[i].id, ev[i].size);
+    } else if (ev[i].kind == STALLOC_EVENT_FREE) {
+      size_t size;
+      unsigned char* p = ptrs[ev[i].id];
+      CHECK_OK(stalloc_allocator_block_size(a, p, &size));
+      CHECK(p[0] == ev[i].id && p[size / 2] == ev[i].id && p[size - 1] == ev[i].id); /* no overlap */
+      CHECK_OK(stalloc_allocator_free(a, p));
+    }
+  }
+}
+
+static void plan_mode(bool vmm) {
+  use_default_mock();
+  mock_set_vmm(vmm);
+  stalloc_trace_t* t = training_trace();
+  stalloc_plan_params_t params;
+  stalloc_plan_params_init(&params);
+  params.time_limit = 0;
+  stalloc_plan_t* plan;
+  CHECK_OK(stalloc_plan_create(t, &params, &plan));
+  stalloc_plan_info_t info;
+  stalloc_plan_info_init(&info);
+  CHECK_OK(stalloc_plan_info(plan, &info));
+  stalloc_allocator_t* a = make(0, 0, 0);
+  CHECK_OK(stalloc_allocator_load_plan(a, plan));
+  stalloc_plan_destroy(plan);
+  long long pool_bytes = mock_stat("device_bytes");
+  CHECK(pool_bytes >= (long long)info.pool_size);
+  if (vmm) {
+    CHECK(mock_stat("reservations_live") == 1);
+    CHECK(mock_stat("mappings_live") == pool_bytes / (long long)(2 * MiB)); /* granule by granule */
+  } else {
+    CHECK(mock_stat("reservations_live") == 0 && mock_stat("allocs_live") == 1);
+  }
+  drive(a, t);
+  stalloc_stats_t s = stats_of(a);
+  CHECK(s.plan_hits >= 25 && s.plan_misses == 0); /* the 6 iterations' activations, planned */
+  CHECK(s.active_blocks == 1);
+  CHECK(mock_stat("context_errors") == 0);
+  CHECK_OK(stalloc_allocator_destroy(a));
+  stalloc_trace_destroy(t);
+  check_all_returned();
+}
+
+static void case_plan_mode_vmm(void) { plan_mode(true); }
+static void case_plan_mode_plain(void) { plan_mode(false); }
 
 /* ---- the growable path (backend ops directly: the pools above decide when to use it) ---- */
 
@@ -573,8 +664,7 @@ static void run_child(const char* name, void (*fn)(void)) {
   CHECK(pid >= 0);
   if (pid == 0) {
     fn();
-    fflush(NULL);
-    _exit(0);
+    exit(0); /* not _exit: leak checkers run at exit */
   }
   int status = 0;
   CHECK(waitpid(pid, &status, 0) == pid);
@@ -605,6 +695,8 @@ int main(void) {
   CASE(case_stream_order);
   CASE(case_event_errors);
   CASE(case_threads_and_devices);
+  CASE(case_plan_mode_vmm);
+  CASE(case_plan_mode_plain);
   CASE(case_vmm);
   CASE(case_vmm_unsupported);
   CASE(case_vmm_symbols_missing);
