@@ -137,6 +137,18 @@ class Plan:
         """Entries of one steady-state iteration, in order (read-only view)."""
         return self._entries(1)
 
+    def lifetimes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(prologue_end, iteration_end): per entry, the alloc index at which it is freed,
+        absolute for the prologue, relative to the iteration's start for the iteration;
+        2**64-1 for never (read-only views)."""
+        out = []
+        for which in (0, 1):
+            ptr = ffi.new("const uint64_t**")
+            n = ffi.new("size_t*")
+            check(lib.stalloc_plan_lifetimes(self._handle, which, ptr, n))
+            out.append(self._view(ptr[0], n[0], np.dtype("<u8")))
+        return out[0], out[1]
+
     def reuse(self) -> tuple[np.ndarray, np.ndarray]:
         """(windows, ranges): the Dynamic Reusable Space table (read-only views)."""
         w = ffi.new("const stalloc_reuse_window_t**")
@@ -185,38 +197,61 @@ def plan(trace, time_limit: float = 2.0, *, detect_period: bool = True,
     return Plan(out[0])
 
 
-def lifetimes(trace: Trace, p: Plan) -> np.ndarray:
-    """Per request of the trace: (begin, end, offset, size, cls) in alloc time, with the
-    offset the plan gives it (2**64-1 when unplanned). Used by `stalloc show` and the tests."""
-    r = trace.requests
-    n = len(r)
-    alloc = r["alloc_event"].astype(np.uint64)
-    free = r["free_event"]
-    end = np.searchsorted(alloc, free, side="left").astype(np.int64)
-    end[free == np.iinfo(np.uint64).max] = n
+NEVER = np.iinfo(np.uint64).max
+
+_LT_DTYPE = np.dtype([("begin", "<i8"), ("end", "<i8"), ("offset", "<u8"), ("size", "<u8"),
+                      ("cls", "<u4")])
+
+
+def lifetimes(p: Plan, trace: Trace | None = None, iterations: int = 3) -> np.ndarray:
+    """Per request: (begin, end, offset, size, cls) in alloc time, offset 2**64-1 when unplanned.
+
+    With a trace: its real requests, each with the entry its position matches. Without: the
+    plan's own timeline, the prologue then ``iterations`` copies of the iteration (persistent
+    and never-freed requests end at the end of the last copy)."""
     pro, it = p.prologue, p.iteration
-    offset = np.full(n, NO_OFFSET, np.uint64)
-    cls = np.zeros(n, np.uint32)
-    k = min(len(pro), n)
-    offset[:k] = pro["offset"][:k]
-    cls[:k] = pro["cls"][:k]
-    if len(it) and n > len(pro):
-        pos = (np.arange(len(pro), n) - len(pro)) % len(it)
-        offset[len(pro):] = it["offset"][pos]
-        cls[len(pro):] = it["cls"][pos]
-    out = np.zeros(n, [("begin", "<i8"), ("end", "<i8"), ("offset", "<u8"), ("size", "<u8"),
-                       ("cls", "<u4")])
-    out["begin"] = np.arange(n)
-    out["end"] = end
-    out["offset"] = offset
-    out["size"] = r["size"]
-    out["cls"] = cls
-    return out
+    np_, ni = len(pro), len(it)
+    if trace is not None:
+        r = trace.requests
+        n = len(r)
+        end = np.searchsorted(r["alloc_event"], r["free_event"], side="left").astype(np.int64)
+        end[r["free_event"] == NEVER] = n
+        out = np.zeros(n, _LT_DTYPE)
+        out["begin"] = np.arange(n)
+        out["end"] = end
+        out["size"] = r["size"]
+        out["offset"] = NO_OFFSET
+        k = min(np_, n)
+        out["offset"][:k] = pro["offset"][:k]
+        out["cls"][:k] = pro["cls"][:k]
+        if ni and n > np_:
+            pos = (np.arange(np_, n) - np_) % ni
+            out["offset"][np_:] = it["offset"][pos]
+            out["cls"][np_:] = it["cls"][pos]
+        return out
+    pe, ie = p.lifetimes()
+    horizon = np_ + iterations * ni if ni else np_
+    parts = []
+    a = np.zeros(np_, _LT_DTYPE)
+    a["begin"] = np.arange(np_)
+    a["end"] = np.where(pe == NEVER, horizon, np.minimum(pe, horizon).astype(np.int64))
+    a["offset"], a["size"], a["cls"] = pro["offset"], pro["size"], pro["cls"]
+    parts.append(a)
+    for k in range(iterations if ni else 0):
+        b = np.zeros(ni, _LT_DTYPE)
+        base = np_ + k * ni
+        b["begin"] = base + np.arange(ni)
+        b["end"] = np.where(ie == NEVER, horizon, base + ie.astype(np.int64))
+        b["offset"], b["size"], b["cls"] = it["offset"], it["size"], it["cls"]
+        parts.append(b)
+    return np.concatenate(parts)
 
 
-def show(trace: Trace, p: Plan, path, *, title: str | None = None, max_rects: int = 200_000) -> None:
+def show(p: Plan, path, *, trace: Trace | None = None, iterations: int = 3,
+         title: str | None = None, max_rects: int = 200_000) -> None:
     """Draws the plan as address against time (alloc index), one rectangle per planned request
-    of the trace, coloured by class; dynamic reuse windows are shaded. Needs matplotlib."""
+    (of the trace when given, else of the plan's own timeline; see :func:`lifetimes`), coloured
+    by class; dynamic reuse windows are shaded. Needs matplotlib."""
     try:
         import matplotlib
 
@@ -226,7 +261,7 @@ def show(trace: Trace, p: Plan, path, *, title: str | None = None, max_rects: in
         from matplotlib.patches import Patch
     except ImportError as e:
         raise RuntimeError("stalloc show needs matplotlib: pip install matplotlib") from e
-    lt = lifetimes(trace, p)
+    lt = lifetimes(p, trace, iterations)
     planned = lt[lt["offset"] != NO_OFFSET]
     if len(planned) > max_rects:
         planned = planned[np.argsort(-planned["size"].astype(np.float64))[:max_rects]]

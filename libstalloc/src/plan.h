@@ -62,6 +62,13 @@ typedef struct stalloc_plan {
 
   /* added by the planner: */
   uint64_t planned_lower_bound; /* max over the trace's time of live bytes of planned requests */
+  /* Lifetimes in alloc time (the index of an alloc in the run's alloc sequence), parallel to
+   * prologue / iteration: the alloc index at which the request is freed (the number of allocs
+   * before its free), absolute for the prologue, relative to the iteration's start for the
+   * iteration (may pass iteration_count: freed in the next iteration); UINT64_MAX: never
+   * freed (persistent, or not seen freed). What `stalloc show` draws; not needed to serve. */
+  uint64_t* prologue_end;
+  uint64_t* iteration_end;
 } stalloc_plan;
 
 #endif

@@ -13,7 +13,7 @@
 #define END_MARK "ENDPLAN\0"
 #define VERSION 1u
 #define HEADER_SIZE 128u
-#define ENTRY_SIZE 24u
+#define ENTRY_SIZE 32u
 #define WINDOW_SIZE 16u
 #define RANGE_SIZE 16u
 #define TRAILER_SIZE 12u /* crc32 + end marker */
@@ -51,11 +51,12 @@ static uint64_t file_size(uint64_t pro, uint64_t it, uint64_t win, uint64_t rng)
          TRAILER_SIZE;
 }
 
-static void put_entry(uint8_t* p, const st_plan_entry* e) {
+static void put_entry(uint8_t* p, const st_plan_entry* e, uint64_t end) {
   put64(p, e->size);
   put64(p + 8, e->offset);
   put32(p + 16, e->cls);
   put32(p + 20, e->window);
+  put64(p + 24, end);
 }
 
 stalloc_status_t stalloc_plan_save(const stalloc_plan_t* plan, const char* path) {
@@ -83,8 +84,10 @@ stalloc_status_t stalloc_plan_save(const stalloc_plan_t* plan, const char* path)
   memcpy(&secbits, &plan->seconds, 8);
   put64(buf + H_SECONDS, secbits);
   uint8_t* p = buf + HEADER_SIZE;
-  for (size_t i = 0; i < plan->prologue_count; i++, p += ENTRY_SIZE) put_entry(p, &plan->prologue[i]);
-  for (size_t i = 0; i < plan->iteration_count; i++, p += ENTRY_SIZE) put_entry(p, &plan->iteration[i]);
+  for (size_t i = 0; i < plan->prologue_count; i++, p += ENTRY_SIZE)
+    put_entry(p, &plan->prologue[i], plan->prologue_end[i]);
+  for (size_t i = 0; i < plan->iteration_count; i++, p += ENTRY_SIZE)
+    put_entry(p, &plan->iteration[i], plan->iteration_end[i]);
   for (size_t i = 0; i < plan->window_count; i++, p += WINDOW_SIZE) {
     put32(p, plan->windows[i].begin);
     put32(p + 4, plan->windows[i].end);
@@ -178,7 +181,10 @@ static stalloc_status_t parse(const uint8_t* buf, uint64_t len, const char* path
   plan->iteration = malloc((size_t)(it + 1) * sizeof *plan->iteration);
   plan->windows = malloc((size_t)(win + 1) * sizeof *plan->windows);
   plan->ranges = malloc((size_t)(rng + 1) * sizeof *plan->ranges);
-  if (!plan->prologue || !plan->iteration || !plan->windows || !plan->ranges)
+  plan->prologue_end = malloc((size_t)(pro + 1) * sizeof *plan->prologue_end);
+  plan->iteration_end = malloc((size_t)(it + 1) * sizeof *plan->iteration_end);
+  if (!plan->prologue || !plan->iteration || !plan->windows || !plan->ranges ||
+      !plan->prologue_end || !plan->iteration_end)
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "%s: no memory for the plan", path);
   plan->prologue_count = (size_t)pro;
   plan->iteration_count = (size_t)it;
@@ -188,6 +194,7 @@ static stalloc_status_t parse(const uint8_t* buf, uint64_t len, const char* path
   for (uint64_t i = 0; i < pro + it; i++, p += ENTRY_SIZE) {
     st_plan_entry* e = i < pro ? &plan->prologue[i] : &plan->iteration[i - pro];
     *e = (st_plan_entry){get64(p), get64(p + 8), get32(p + 16), get32(p + 20)};
+    *(i < pro ? &plan->prologue_end[i] : &plan->iteration_end[i - pro]) = get64(p + 24);
   }
   for (uint64_t i = 0; i < win; i++, p += WINDOW_SIZE)
     plan->windows[i] = (st_reuse_window){get32(p), get32(p + 4), get32(p + 8), get32(p + 12)};

@@ -151,8 +151,16 @@ stalloc_status_t st_plan_validate(const stalloc_plan* plan, const char* what) {
   uint64_t peak = 0;
   for (size_t i = 0; i < plan->prologue_count + plan->iteration_count; i++) {
     bool it = i >= plan->prologue_count;
-    const st_plan_entry* e = it ? &plan->iteration[i - plan->prologue_count] : &plan->prologue[i];
-    if ((s = check_entry(plan, e, it, it ? i - plan->prologue_count : i, what))) return s;
+    size_t k = it ? i - plan->prologue_count : i;
+    const st_plan_entry* e = it ? &plan->iteration[k] : &plan->prologue[i];
+    if ((s = check_entry(plan, e, it, k, what))) return s;
+    uint64_t end = it ? plan->iteration_end[k] : plan->prologue_end[k];
+    if (end <= k || (e->cls == PLAN_CLASS_PERSISTENT && end != ST_NEVER) ||
+        (e->cls == PLAN_CLASS_WARMUP && end > plan->prologue_count) ||
+        (e->cls == PLAN_CLASS_PERIODIC && end > k + plan->iteration_count))
+      return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: %s entry %zu: lifetime end %llu is impossible "
+                     "for its class", what, it ? "iteration" : "prologue", k,
+                     (unsigned long long)end);
     if (e->offset != PLAN_NO_OFFSET) peak = ST_MAX(peak, e->offset + e->size);
   }
   if (peak != plan->plan_peak)
@@ -181,6 +189,8 @@ void st_plan_free(stalloc_plan* plan) {
   free(plan->iteration);
   free(plan->windows);
   free(plan->ranges);
+  free(plan->prologue_end);
+  free(plan->iteration_end);
   free(plan);
 }
 
@@ -353,6 +363,9 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   pl->it = malloc((P + 1) * sizeof *pl->it);
   plan->prologue = malloc((S + 1) * sizeof *plan->prologue);
   plan->iteration = malloc((P + 1) * sizeof *plan->iteration);
+  plan->prologue_end = malloc((S + 1) * sizeof *plan->prologue_end);
+  plan->iteration_end = malloc((P + 1) * sizeof *plan->iteration_end);
+  if (!plan->prologue_end || !plan->iteration_end) goto oom;
   pl->items = malloc((S + P + 1) * sizeof *pl->items);
   pl->offsets = malloc((S + P + 1) * sizeof *pl->offsets);
   pl->entry_of = malloc((S + P + 1) * sizeof *pl->entry_of);
@@ -379,6 +392,8 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
     const st_class_item* c = i < S ? &pl->pro[i] : &pl->it[i - S];
     st_plan_entry* e = i < S ? &plan->prologue[i] : &plan->iteration[i - S];
     *e = (st_plan_entry){c->size, PLAN_NO_OFFSET, c->cls, UINT32_MAX};
+    if (i < S) plan->prologue_end[i] = c->end;
+    else plan->iteration_end[i - S] = c->end;
   }
   uint64_t peak = 0, top = 0;
   for (size_t j = 0; j < pl->item_count; j++) {
@@ -503,6 +518,15 @@ stalloc_status_t stalloc_plan_entries(const stalloc_plan_t* plan, int32_t which,
   if (!plan || !entries || !count || (which != 0 && which != 1))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_entries: bad argument");
   *entries = (const stalloc_plan_entry_t*)(which ? plan->iteration : plan->prologue);
+  *count = which ? plan->iteration_count : plan->prologue_count;
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_plan_lifetimes(const stalloc_plan_t* plan, int32_t which,
+                                        const uint64_t** ends, size_t* count) {
+  if (!plan || !ends || !count || (which != 0 && which != 1))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_lifetimes: bad argument");
+  *ends = which ? plan->iteration_end : plan->prologue_end;
   *count = which ? plan->iteration_count : plan->prologue_count;
   return STALLOC_OK;
 }

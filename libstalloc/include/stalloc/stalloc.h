@@ -363,6 +363,10 @@ STALLOC_API stalloc_status_t stalloc_plan_check(const stalloc_plan_t* plan,
 STALLOC_API stalloc_status_t stalloc_plan_entries(const stalloc_plan_t* plan, int32_t which,
                                                   const stalloc_plan_entry_t** entries,
                                                   size_t* count);
+/* Per entry, the alloc index at which it is freed: absolute for the prologue, relative to the
+ * iteration's start for the iteration (may pass its count); UINT64_MAX for never. */
+STALLOC_API stalloc_status_t stalloc_plan_lifetimes(const stalloc_plan_t* plan, int32_t which,
+                                                    const uint64_t** ends, size_t* count);
 STALLOC_API stalloc_status_t stalloc_plan_reuse(const stalloc_plan_t* plan,
                                                 const stalloc_reuse_window_t** windows,
                                                 size_t* window_count,
