@@ -129,6 +129,20 @@ class JaxAllocator:
         check(lib.stalloc_dlpack_exporter_live(self._exp(), n))
         return int(n[0])
 
+    def step(self, n: int) -> None:
+        """Marks the start of training step n (in the stats and in a recorded trace)."""
+        self._exp()
+        check(lib.stalloc_allocator_step_begin(self._handle, n))
+
+    def record_start(self, path) -> None:
+        """Writes every alloc and free of this allocator to a stalloc trace at path."""
+        self._exp()
+        check(lib.stalloc_allocator_record_start(self._handle, os.fsencode(os.fspath(path))))
+
+    def record_stop(self) -> None:
+        self._exp()
+        check(lib.stalloc_allocator_record_stop(self._handle))
+
     def tensor(self, shape, dtype) -> "StallocTensor":
         return StallocTensor(self, shape, dtype)
 

@@ -197,3 +197,20 @@ def test_import_without_jax_is_lazy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok") and "pip install jax" in out.stdout
+
+
+def test_record_jax_allocations(tmp_path):
+    import stalloc
+    a = jb.JaxAllocator()
+    a.record_start(tmp_path / "t.stalloc")
+    for i in range(3):
+        a.step(i)
+        x = jb.asarray(np.ones((16, 16), np.float32), allocator=a)
+        del x
+        _settle(a, 0)
+    a.record_stop()
+    t = stalloc.load_trace(tmp_path / "t.stalloc")
+    s = t.summary()
+    assert (s.requests, s.steps, s.unfreed_requests) == (3, 3, 0)
+    assert t.lower_bound == 16 * 16 * 4
+    a.close()
