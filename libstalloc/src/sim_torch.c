@@ -25,7 +25,8 @@
  *     could grow to (its size plus an unmapped block right after it).
  *
  * Blocks live in one array (indices, not pointers, so it can grow); free blocks sit in two
- * treaps per pool (free and unmapped), keyed as PyTorch's sets are. */
+ * treaps per pool, keyed as PyTorch's sets are: free blocks by (stream, size, address),
+ * unmapped ranges by (stream, address), so the search for room to grow goes in address order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +49,7 @@ typedef struct blk {
   int32_t left, right; /* treap children */
   uint32_t prio;
   int32_t seg;
-  uint8_t allocated, mapped, small;
+  uint8_t allocated, mapped, small, used; /* used: not on the spare list */
 } blk;
 
 typedef struct seg {
@@ -97,31 +98,35 @@ static int32_t blk_new(sim* m) {
   }
   memset(&m->b[i], 0, sizeof m->b[i]);
   m->b[i].prev = m->b[i].next = m->b[i].left = m->b[i].right = NIL;
+  m->b[i].used = 1;
   m->rng = m->rng * 1664525u + 1013904223u;
   m->b[i].prio = m->rng;
   return i;
 }
 
 static void blk_release(sim* m, int32_t i) {
+  m->b[i].used = 0;
   m->b[i].next = m->spare;
   m->spare = i;
 }
 
 /* ---- treaps keyed by (stream, size, addr) ---- */
 
-static inline int key_cmp(uint64_t s1, uint64_t z1, uint64_t a1, const blk* x) {
+/* by_addr: the unmapped sets are ordered by (stream, addr) as PyTorch's BlockComparatorAddress;
+ * the free sets by (stream, size, addr) as its BlockComparatorSize. */
+static inline int key_cmp(bool by_addr, uint64_t s1, uint64_t z1, uint64_t a1, const blk* x) {
   if (s1 != x->stream) return s1 < x->stream ? -1 : 1;
-  if (z1 != x->size) return z1 < x->size ? -1 : 1;
+  if (!by_addr && z1 != x->size) return z1 < x->size ? -1 : 1;
   if (a1 != x->addr) return a1 < x->addr ? -1 : 1;
   return 0;
 }
 
-static int32_t treap_insert(sim* m, int32_t root, int32_t n) {
+static int32_t treap_insert(sim* m, bool by_addr, int32_t root, int32_t n) {
   if (root == NIL) return n;
   blk* r = &m->b[root];
   blk* x = &m->b[n];
-  if (key_cmp(x->stream, x->size, x->addr, r) < 0) {
-    r->left = treap_insert(m, r->left, n);
+  if (key_cmp(by_addr, x->stream, x->size, x->addr, r) < 0) {
+    r->left = treap_insert(m, by_addr, r->left, n);
     if (m->b[r->left].prio > r->prio) {
       int32_t l = r->left;
       r->left = m->b[l].right;
@@ -129,7 +134,7 @@ static int32_t treap_insert(sim* m, int32_t root, int32_t n) {
       return l;
     }
   } else {
-    r->right = treap_insert(m, r->right, n);
+    r->right = treap_insert(m, by_addr, r->right, n);
     if (m->b[r->right].prio > r->prio) {
       int32_t rr = r->right;
       r->right = m->b[rr].left;
@@ -151,7 +156,7 @@ static int32_t treap_merge(sim* m, int32_t a, int32_t c) {
   return c;
 }
 
-static int32_t treap_erase(sim* m, int32_t root, int32_t n) {
+static int32_t treap_erase(sim* m, bool by_addr, int32_t root, int32_t n) {
   if (root == NIL) return NIL; /* not there: a broken invariant, but never a crash */
   if (root == n) {
     int32_t merged = treap_merge(m, m->b[n].left, m->b[n].right);
@@ -159,19 +164,19 @@ static int32_t treap_erase(sim* m, int32_t root, int32_t n) {
     return merged;
   }
   blk* x = &m->b[n];
-  if (key_cmp(x->stream, x->size, x->addr, &m->b[root]) < 0)
-    m->b[root].left = treap_erase(m, m->b[root].left, n);
+  if (key_cmp(by_addr, x->stream, x->size, x->addr, &m->b[root]) < 0)
+    m->b[root].left = treap_erase(m, by_addr, m->b[root].left, n);
   else
-    m->b[root].right = treap_erase(m, m->b[root].right, n);
+    m->b[root].right = treap_erase(m, by_addr, m->b[root].right, n);
   return root;
 }
 
 /* First node with key >= (stream, size, addr). */
-static int32_t treap_lower_bound(const sim* m, int32_t root, uint64_t stream, uint64_t size,
-                                 uint64_t addr) {
+static int32_t treap_lower_bound(const sim* m, bool by_addr, int32_t root, uint64_t stream,
+                                 uint64_t size, uint64_t addr) {
   int32_t best = NIL;
   while (root != NIL) {
-    if (key_cmp(stream, size, addr, &m->b[root]) <= 0) {
+    if (key_cmp(by_addr, stream, size, addr, &m->b[root]) <= 0) {
       best = root;
       root = m->b[root].left;
     } else {
@@ -186,7 +191,7 @@ static int32_t treap_before(const sim* m, int32_t root, uint64_t stream, uint64_
                             uint64_t addr) {
   int32_t best = NIL;
   while (root != NIL) {
-    if (key_cmp(stream, size, addr, &m->b[root]) > 0) {
+    if (key_cmp(false, stream, size, addr, &m->b[root]) > 0) {
       best = root;
       root = m->b[root].right;
     } else {
@@ -196,26 +201,26 @@ static int32_t treap_before(const sim* m, int32_t root, uint64_t stream, uint64_
   return best;
 }
 
-static inline int32_t treap_successor(const sim* m, int32_t root, int32_t n) {
+static inline int32_t treap_successor(const sim* m, bool by_addr, int32_t root, int32_t n) {
   const blk* x = &m->b[n];
-  return treap_lower_bound(m, root, x->stream, x->size, x->addr + 1);
+  return treap_lower_bound(m, by_addr, root, x->stream, x->size, x->addr + 1);
 }
 
 static void free_insert(sim* m, int32_t i) {
   int p = m->b[i].small;
-  m->free_root[p] = treap_insert(m, m->free_root[p], i);
+  m->free_root[p] = treap_insert(m, false, m->free_root[p], i);
 }
 static void free_erase(sim* m, int32_t i) {
   int p = m->b[i].small;
-  m->free_root[p] = treap_erase(m, m->free_root[p], i);
+  m->free_root[p] = treap_erase(m, false, m->free_root[p], i);
 }
 static void unmapped_insert(sim* m, int32_t i) {
   int p = m->b[i].small;
-  m->unmapped_root[p] = treap_insert(m, m->unmapped_root[p], i);
+  m->unmapped_root[p] = treap_insert(m, true, m->unmapped_root[p], i);
 }
 static void unmapped_erase(sim* m, int32_t i) {
   int p = m->b[i].small;
-  m->unmapped_root[p] = treap_erase(m, m->unmapped_root[p], i);
+  m->unmapped_root[p] = treap_erase(m, true, m->unmapped_root[p], i);
 }
 
 /* ---- the allocator's rules ---- */
@@ -250,13 +255,13 @@ static inline uint64_t grow_size(const sim* m, int32_t i) {
 /* A cached block for (stream, size) by PyTorch's rules, taken out of the free set; or NIL. */
 static int32_t get_free_block(sim* m, int small, uint64_t stream, uint64_t size) {
   int32_t root = m->free_root[small];
-  int32_t it = treap_lower_bound(m, root, stream, size, 0);
+  int32_t it = treap_lower_bound(m, false, root, stream, size, 0);
   if (it == NIL || m->b[it].stream != stream) return NIL;
   if (m->expandable) {
     /* an expandable block counts as the size it could grow to */
-    for (int32_t nx = treap_successor(m, root, it);
+    for (int32_t nx = treap_successor(m, false, root, it);
          nx != NIL && m->b[nx].stream == stream && grow_size(m, nx) < grow_size(m, it);
-         nx = treap_successor(m, root, nx))
+         nx = treap_successor(m, false, root, nx))
       it = nx;
   }
   if (size < m->max_split && m->b[it].size >= m->max_split) return NIL;
@@ -379,8 +384,8 @@ static bool has_room(const sim* m, int32_t i, uint64_t size) {
  * before it) with enough free and unmapped room after it, or a new segment's range. */
 static int32_t find_expandable(sim* m, int small, uint64_t stream, uint64_t size) {
   int32_t root = m->unmapped_root[small];
-  for (int32_t it = treap_lower_bound(m, root, stream, 0, 0);
-       it != NIL && m->b[it].stream == stream; it = treap_successor(m, root, it)) {
+  for (int32_t it = treap_lower_bound(m, true, root, stream, 0, 0);
+       it != NIL && m->b[it].stream == stream; it = treap_successor(m, true, root, it)) {
     int32_t c = it;
     if (allocatable(m, m->b[c].prev)) c = m->b[c].prev;
     if (has_room(m, c, size)) return c;
@@ -493,7 +498,7 @@ static bool release_available(sim* m, int small, uint64_t stream, uint64_t size)
   if (m->max_split == UINT64_MAX || m->expandable) return false;
   uint64_t key = size < m->max_split ? m->max_split : size;
   int32_t root = m->free_root[small];
-  int32_t it = treap_lower_bound(m, root, stream, key, 0);
+  int32_t it = treap_lower_bound(m, false, root, stream, key, 0);
   if (it != NIL && m->b[it].stream == stream) {
     if (m->b[it].prev != NIL || m->b[it].next != NIL) return false;
     release_segment_block(m, it);
@@ -521,8 +526,8 @@ static void release_cached(sim* m) {
     size_t count = 0, cap = 0;
     int32_t* list = NULL;
     int32_t root = m->free_root[p];
-    for (int32_t it = treap_lower_bound(m, root, 0, 0, 0); it != NIL;
-         it = treap_successor(m, root, it)) {
+    for (int32_t it = treap_lower_bound(m, false, root, 0, 0, 0); it != NIL;
+         it = treap_successor(m, false, root, it)) {
       if (count == cap) {
         cap = cap ? cap * 2 : 64;
         int32_t* q = realloc(list, cap * sizeof *q);
@@ -583,6 +588,22 @@ static void sim_free(sim* m, int32_t i) {
   try_merge(m, i, m->b[i].prev);
   try_merge(m, i, m->b[i].next);
   free_insert(m, i);
+}
+
+/* The books must balance: mapped bytes of live blocks == reserved, every block in a live
+ * segment, neighbours linked both ways. A cheap end-of-run check of the whole model. */
+static bool consistent(const sim* m) {
+  uint64_t mapped = 0;
+  for (size_t i = 0; i < m->nb; i++) {
+    const blk* x = &m->b[i];
+    if (!x->used) continue;
+    if (x->seg < 0 || (size_t)x->seg >= m->ns || !m->s[x->seg].live) return false;
+    if (x->prev != NIL && (m->b[x->prev].next != (int32_t)i ||
+                           m->b[x->prev].addr + m->b[x->prev].size != x->addr))
+      return false;
+    if (x->mapped) mapped += x->size;
+  }
+  return mapped == m->reserved;
 }
 
 /* ---- the public entry points ---- */
@@ -695,6 +716,7 @@ stalloc_status_t stalloc_simulate(const stalloc_trace_t* trace, const stalloc_si
     }
   }
   if (m.oom_host) status = STALLOC_ERR_OUT_OF_MEMORY;
+  if (!status && !consistent(&m)) status = STALLOC_ERR_INTERNAL;
   res.final_reserved = m.reserved;
   res.waste = res.peak_reserved > res.peak_allocated ? res.peak_reserved - res.peak_allocated : 0;
   res.fragmentation =
@@ -702,6 +724,8 @@ stalloc_status_t stalloc_simulate(const stalloc_trace_t* trace, const stalloc_si
   u64map_destroy(&live);
   free(m.b);
   free(m.s);
+  if (status == STALLOC_ERR_INTERNAL)
+    return st_fail(status, "simulate: the simulated allocator's books do not balance");
   if (status) return st_fail(status, "simulate: no host memory for the simulation");
   *result = res;
   return STALLOC_OK;

@@ -297,6 +297,45 @@ static void test_timeline_and_args(void) {
   stalloc_trace_destroy(b.t);
 }
 
+/* Random requests on two streams through every mode: the simulator's own end-of-run balance
+ * check (STALLOC_ERR_INTERNAL otherwise) and the bounds must hold, and sanitizers watch. */
+static void test_random_stress(void) {
+  uint32_t rng = 12345;
+  builder b = make();
+  uint64_t live[64] = {0}, next_id = 1;
+  for (int k = 0; k < 20000; k++) {
+    rng = rng * 1103515245u + 12345u;
+    int slot = (int)((rng >> 8) % 64);
+    if (live[slot]) {
+      F(&b, live[slot]);
+      live[slot] = 0;
+    } else {
+      rng = rng * 1103515245u + 12345u;
+      uint64_t r = rng >> 4;
+      uint64_t size = (r & 3) == 0 ? (r % (64 * MiB)) + 1 : (r & 3) == 1 ? (r % (4 * MiB)) + 1
+                                                                         : (r % 4096) + 1;
+      live[slot] = next_id++;
+      AS(&b, live[slot], size, (r >> 20) & 1);
+    }
+  }
+  uint64_t limits[] = {0, 600 * MiB, 300 * MiB};
+  uint64_t splits[] = {0, 40 * MiB};
+  for (int kind = 0; kind < 2; kind++)
+    for (int li = 0; li < 3; li++)
+      for (int si = 0; si < 2; si++) {
+        stalloc_sim_result_t r = run(&b, (stalloc_sim_kind_t)kind, splits[si], limits[li]);
+        if (getenv("SIM_VERBOSE"))
+          fprintf(stderr, "kind %d limit %llu split %llu: reserved %llu ooms %llu flushes %llu\n", kind,
+                  (unsigned long long)limits[li], (unsigned long long)splits[si],
+                  (unsigned long long)r.peak_reserved, (unsigned long long)r.ooms,
+                  (unsigned long long)r.cache_flushes);
+        if (limits[li]) CHECK(r.peak_reserved <= limits[li]);
+        if (!r.ooms) CHECK(r.peak_reserved >= r.peak_allocated);
+        CHECK(r.final_reserved <= r.peak_reserved);
+      }
+  stalloc_trace_destroy(b.t);
+}
+
 int main(void) {
   RUN(test_small_pool_segments);
   RUN(test_large_pool_segments);
@@ -306,5 +345,6 @@ int main(void) {
   RUN(test_memory_limit);
   RUN(test_expandable);
   RUN(test_timeline_and_args);
+  RUN(test_random_stress);
   return 0;
 }
