@@ -34,8 +34,7 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     size = dict(dim=512, layers=8, heads=8, seq=256, vocab=8192)
-    model, opt = demo_models.build(variant, device="cuda", **{k: v for k, v in size.items() if k != "vocab"},
-                                   vocab=size["vocab"])
+    model, opt = demo_models.build(variant, device="cuda", **size)
     losses, times = [], []
     for x, y in demo_models.batches(steps, batch=16, seq=size["seq"], vocab=size["vocab"], device="cuda"):
         torch.cuda.synchronize()
