@@ -18,6 +18,7 @@ from .errors import (
 from .load import load_trace
 from .trace import EVENT_DTYPE, REQUEST_DTYPE, Trace, TraceSummary, TraceWriter
 from .plan import Plan, PlanInfo, plan  # noqa: E402  (the function shadows the module name)
+from .replay import replay  # noqa: E402  (the function shadows the module name)
 # (more imports: one line per module)
 
 __version__ = ffi.string(lib.stalloc_version_string()).decode()
@@ -42,5 +43,5 @@ __all__ = [
     "StallocError", "InvalidArgumentError", "OutOfMemoryError", "DoubleFreeError",
     "UnknownPointerError", "BadFormatError", "TruncatedError", "VersionError",
     "PlanMismatchError", "NoDeviceError", "BackendError", "CancelledError", "StallocIOError",
-    "UnsupportedError", "InternalError", "Plan", "PlanInfo", "plan",
+    "UnsupportedError", "InternalError", "Plan", "PlanInfo", "plan", "replay",
 ]

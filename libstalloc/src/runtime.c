@@ -4,8 +4,8 @@
  * the prologue, P.. repeat the iteration forever. A request whose size equals the entry's (any
  * size for a dynamic entry) advances the cursor. Otherwise the runtime looks around the cursor
  * for a position with that size whose preceding entries match the sizes of the last requests
- * (a score), and jumps there when the evidence is strong enough for the distance: that is a
- * resync. With no such position the request is a miss and the cursor stays, so one extra
+ * (a score that allows for one dropped or resized request), and jumps there when the evidence
+ * is strong enough for the distance, the nearest on a tie: that is a resync. With no such position the request is a miss and the cursor stays, so one extra
  * request costs one miss; a dropped or resized one costs one miss plus a resync.
  *
  * Safety. The plan says which entries may share bytes, but a run that diverges (a tensor freed
@@ -266,15 +266,33 @@ static inline bool size_fits(const st_plan_entry* e, uint64_t size) {
   return e->size == size || e->cls == PLAN_CLASS_DYNAMIC;
 }
 
-/* 1 + how many of the previous requests match the entries just before position v. */
-static int score_at(const st_runtime* rt, uint64_t v) {
-  int score = 1;
-  for (uint64_t k = 1; k <= HISTORY && k <= v; k++) {
-    const st_plan_entry* e = entry_at(rt, v - k);
-    if (!e || !size_fits(e, rt->hist[k - 1])) break;
-    score++;
+/* How many of hist[h], hist[h+1], ... match the entries at v, v-1, ... in a row. */
+static int run_length(const st_runtime* rt, uint64_t v, int h) {
+  int n = 0;
+  for (; h < HISTORY; h++, n++) {
+    const st_plan_entry* e = entry_at(rt, v);
+    if (!e || !size_fits(e, rt->hist[h])) break;
+    if (v-- == 0) return n + 1;
   }
-  return score;
+  return n;
+}
+
+/* The evidence for position v: 1 + how many previous requests match the entries before v,
+ * read four ways: in step; with the entry just before v dropped from the run; with the previous
+ * request a resized copy of that entry, or an extra one (each counted once the one before
+ * matches). Ties
+ * between a true position and the same layer one repetition away go to the nearer one. */
+static int score_at(const st_runtime* rt, uint64_t v) {
+  if (v == 0) return 1;
+  int best = run_length(rt, v - 1, 0);
+  int inserted = run_length(rt, v - 1, 1); /* the previous request was an extra one */
+  if (inserted) best = ST_MAX(best, 1 + inserted);
+  if (v >= 2) {
+    best = ST_MAX(best, run_length(rt, v - 2, 0));
+    int resized = run_length(rt, v - 2, 1);
+    if (resized) best = ST_MAX(best, 1 + resized);
+  }
+  return 1 + best;
 }
 
 typedef struct candidate {
@@ -336,6 +354,16 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
   push_history(rt, size);
   if (!best.found) {
     rt->lost++;
+    /* No better place: within a factor of two of the expected size it is taken for that
+     * request resized (its position is used up), else for an extra request (the position
+     * waits). Guessing wrong costs one resync; not consuming a resized position would shift
+     * a run of equal sizes onto its neighbours' offsets. */
+    const st_plan_entry* e = rt->cur_idx < rt->P + rt->I ? &rt->entries[rt->cur_idx] : NULL;
+    if (e && e->cls != PLAN_CLASS_TINY && size > ST_TINY_MAX && e->size > ST_TINY_MAX &&
+        size / 2 <= e->size && e->size / 2 <= size) {
+      advance(rt);
+      return e;
+    }
     return NULL;
   }
   set_cursor(rt, best.v + 1);
@@ -492,7 +520,9 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
   uint64_t end = st_align_up(size, rt->alignment);
   if (e && e->offset != PLAN_NO_OFFSET && e->cls != PLAN_CLASS_DYNAMIC && end &&
       e->offset + end <= rt->pool_size) {
-    if (range_free(rt, e->offset, e->offset + end, stream)) {
+    /* A resized request (match() took it for this entry) keeps the planned offset when it is
+     * no larger than planned. */
+    if (size <= e->size && range_free(rt, e->offset, e->offset + end, stream)) {
       st_range_node* n = node_new(rt, e->offset, e->offset + end, stream);
       if (!n) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
       rt->c.hits++;
@@ -501,7 +531,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
       *node = n;
       return STALLOC_OK;
     }
-    rt->c.misses++; /* its bytes are still held by a block the run kept longer than planned */
+    rt->c.misses++; /* its bytes are still held (a block kept longer than planned), or it grew */
     *outcome = size <= ST_TINY_MAX ? RT_TINY : RT_FALLBACK;
     return STALLOC_OK;
   }

@@ -2,8 +2,8 @@
  *
  * Slot sizes are powers of two from the allocator's alignment (at least 16 B) up to 512 B (or
  * the alignment, if larger), so every slot is aligned. Each class takes chunks straight from the
- * backend, starting at one granule and doubling up to 1 MiB, so a run with a few tiny tensors
- * reserves a few KiB, not a 2 MiB segment. Chunks live until the allocator is destroyed.
+ * backend: 16 chunks of one granule (or 8 slots), then doubling up to 1 MiB, so a run with a
+ * few tiny tensors reserves a few KiB, not a 2 MiB segment. Chunks live until the allocator is destroyed.
  *
  * Streams: free slots are kept in one list per stream. A slot freed on stream S is reused at
  * once on S; another stream takes it only once the event recorded at the free is done (no
@@ -45,6 +45,7 @@ typedef struct slab_class {
   chunk* current;    /* slots not yet handed out: current->slots[carved..] */
   size_t carved, slots_in_current;
   uint64_t next_chunk;
+  uint32_t chunks_made;
 } slab_class;
 
 struct st_slab {
@@ -124,7 +125,8 @@ static stalloc_status_t new_chunk(st_slab* s, slab_class* c, int cls, uint64_t s
   c->current = ch;
   c->carved = 0;
   c->slots_in_current = count;
-  if (c->next_chunk < CHUNK_MAX) c->next_chunk *= 2;
+  /* Small steps first (a run with few tiny tensors holds little), then doubling. */
+  if (++c->chunks_made >= 16 && c->next_chunk < CHUNK_MAX) c->next_chunk *= 2;
   return STALLOC_OK;
 }
 
