@@ -568,7 +568,9 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
         const pitem* y = &p->it[fl[j]];
         if (y->hi <= x->lo) continue; /* expired: drop */
         fl[w++] = fl[j];
-        if (x->fixed < y->fixed + y->size && y->fixed < x->fixed + x->size)
+        /* real sizes: padding to the alignment is not the caller's */
+        uint64_t xs = items[x->orig].size, ys = items[y->orig].size;
+        if (x->fixed < y->fixed + ys && y->fixed < x->fixed + xs)
           st = st_fail(STALLOC_ERR_INVALID_ARGUMENT,
                        "placement: fixed items %u and %u overlap in time and address",
                        y->orig, x->orig);
@@ -657,5 +659,48 @@ done:
   free(p->order);
   free(p->plist);
   res->seconds = st_place_now() - t0;
+  return st;
+}
+
+/* ---- public API: a thin wrapper over st_place --------------------------------------- */
+
+void stalloc_place_params_init(stalloc_place_params_t* params) {
+  if (!params) return;
+  memset(params, 0, sizeof *params);
+  params->struct_size = sizeof *params;
+  params->alignment = 1;
+  params->time_limit = 10.0;
+  params->cancel = NULL;
+}
+
+_Static_assert(sizeof(stalloc_place_item_t) == sizeof(st_place_item),
+               "public and internal placement items share a layout");
+
+stalloc_status_t stalloc_place(const stalloc_place_item_t* items, size_t n,
+                               const stalloc_place_params_t* params, uint64_t* offsets,
+                               stalloc_place_result_t* result) {
+  stalloc_place_params_t pp;
+  stalloc_place_params_init(&pp);
+  if (params) {
+    if (params->struct_size < sizeof(size_t) || params->struct_size > sizeof pp)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
+                     "stalloc_place: params->struct_size %zu: call stalloc_place_params_init",
+                     params->struct_size);
+    memcpy(&pp, params, params->struct_size); /* only the fields the caller knows */
+    pp.struct_size = sizeof pp;
+  }
+  if (pp.alignment == 0)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_place: alignment must be >= 1");
+  st_place_params ip = {pp.alignment, pp.time_limit, pp.cancel};
+  st_place_result ir;
+  stalloc_status_t st = st_place((const st_place_item*)items, n, &ip, offsets, &ir);
+  if (result) {
+    stalloc_place_result_t r = {
+        .struct_size = sizeof r, .peak = ir.peak, .lower_bound = ir.lower_bound,
+        .orderings_tried = ir.orderings_tried, .optimal = ir.optimal ? 1u : 0u,
+        .backtracks = ir.backtracks, .seconds = ir.seconds};
+    size_t copy = result->struct_size ? ST_MIN(result->struct_size, sizeof r) : sizeof r;
+    if (st == STALLOC_OK) memcpy(result, &r, copy);
+  }
   return st;
 }

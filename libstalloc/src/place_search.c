@@ -81,7 +81,7 @@ static int cmp_pre_key(const void* a, const void* b) {
 }
 
 static const char heuristic_keys[ST_SEARCH_HEURISTICS][3] = {
-    {'W', 'A', 'T'}, {'T', 'A', 'W'}, {'T', 'W', 'A'}};
+    {'W', 'A', 'T'}, {'T', 'A', 'W'}, {'T', 'W', 'A'}, {'T', 'C', 'A'}, {'C', 'A', 'T'}, {'A', 'T', 'C'}};
 
 stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   *out = NULL;
@@ -160,6 +160,7 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
         switch (heuristic_keys[h][c]) {
           case 'T': v = t; break;
           case 'W': v = in->length[i]; break;
+          case 'C': v = in->shi[i] - in->slo[i]; break;
           case 'A': {
             long double a = (long double)in->size[i] * (long double)in->length[i];
             v = a > 1.8e19L ? UINT64_MAX : (uint64_t)a;

@@ -30,7 +30,7 @@ typedef enum st_search_outcome {
   ST_SEARCH_NOMEM = 4
 } st_search_outcome;
 
-#define ST_SEARCH_HEURISTICS 3
+#define ST_SEARCH_HEURISTICS 6
 
 stalloc_status_t st_search_create(const st_search_input* in, st_search** out);
 void st_search_destroy(st_search* s);
