@@ -275,7 +275,45 @@ STALLOC_API stalloc_status_t stalloc_trace_writer_append(stalloc_trace_writer_t*
 /* Writes the end marker and closes; the writer is freed whatever the status. */
 STALLOC_API stalloc_status_t stalloc_trace_writer_close(stalloc_trace_writer_t* writer);
 
-/* (section: placement) */
+/* ---------------------------------------------------------------------------------------
+ * Placement: offsets for items with known lifetimes so that no two items live at the same
+ * time share a byte, with the plan peak (largest offset + size) as close as possible to the
+ * lower bound (the most bytes live at once). The planner's core, usable alone (it is the
+ * MiniMalloc CSV problem). Algorithm and measured quality: docs/placement.md.
+ * ------------------------------------------------------------------------------------- */
+typedef struct stalloc_place_item {
+  uint64_t lower, upper;  /* lifetime, half-open [lower, upper); upper >= lower */
+  uint64_t size;          /* bytes; rounded up to the alignment inside the solver */
+  uint64_t fixed_offset;  /* UINT64_MAX (free), or an offset the placement must keep */
+} stalloc_place_item_t;
+
+typedef struct stalloc_place_params {
+  size_t struct_size;     /* sizeof(stalloc_place_params_t), set by stalloc_place_params_init */
+  uint64_t alignment;     /* offsets of free items are multiples of this; default 1 */
+  double time_limit;      /* seconds for the improving search; 0 = heuristics only; default 10 */
+  const volatile int* cancel; /* optional: set non-zero (from any thread) to stop the search
+                                 early, keeping the best placement found; default NULL */
+} stalloc_place_params_t;
+
+typedef struct stalloc_place_result {
+  size_t struct_size;     /* sizeof(stalloc_place_result_t); set by the caller or 0 */
+  uint64_t peak;          /* plan peak: largest offset + size over items live for some time */
+  uint64_t lower_bound;   /* max over time of live bytes (sizes aligned) */
+  uint32_t orderings_tried; /* heuristic orderings plus search attempts */
+  uint32_t optimal;       /* 1 when peak is proven minimal (e.g. peak == lower_bound) */
+  uint64_t backtracks;    /* search nodes that found no way on */
+  double seconds;         /* wall time of the call */
+} stalloc_place_result_t;
+
+STALLOC_API void stalloc_place_params_init(stalloc_place_params_t* params);
+/* Fills offsets[i] for each of the n items (offsets has n entries). Items of size 0 or with
+ * upper == lower occupy nothing and get offset 0 (or their fixed offset). params may be
+ * NULL for the defaults; result may be NULL. Fails with INVALID_ARGUMENT on upper < lower,
+ * sizes that overflow, fixed items that overlap each other or a bad parameter; on
+ * OUT_OF_MEMORY; with CANCELLED only if cancelled before any placement existed. */
+STALLOC_API stalloc_status_t stalloc_place(const stalloc_place_item_t* items, size_t n,
+                                           const stalloc_place_params_t* params,
+                                           uint64_t* offsets, stalloc_place_result_t* result);
 
 /* ---------------------------------------------------------------------------------------
  * Plan: the offline planner. It finds the steady-state iteration of a trace (step markers, or
