@@ -178,7 +178,32 @@ static void case_default_driver(void) {
   if (real) { /* a machine with a driver: a GPU works, a driver without one says so */
     fprintf(stderr, "  (libcuda.so.1 present: create gave %s: %s)\n", stalloc_status_string(s), stalloc_last_error());
     CHECK(s == STALLOC_OK || s == STALLOC_ERR_NO_DEVICE);
-    if (a) CHECK_OK(stalloc_allocator_destroy(a));
+    if (!a) return;
+    /* A GPU: the same paths on the real driver (its memory is not host-readable, so statuses
+     * only; scripts/gpu/check_cuda_backend.py checks the bytes). */
+    void* p[3];
+    for (int i = 0; i < 3; i++) CHECK_OK(stalloc_allocator_alloc(a, (size_t)(i + 1) * 5 * MiB, 0, 0, &p[i]));
+    for (int i = 0; i < 3; i++) CHECK_OK(stalloc_allocator_free(a, p[i]));
+    CHECK_OK(stalloc_allocator_release_cached(a));
+    CHECK_OK(stalloc_allocator_destroy(a));
+    backend_caps caps;
+    stalloc_options_t o;
+    stalloc_options_init(&o);
+    void* b;
+    CHECK_OK(st_backend_cuda.create(&o, &b, &caps));
+    fprintf(stderr, "  (real driver: granularity %llu, can_grow %d)\n", (unsigned long long)caps.granularity, caps.can_grow);
+    if (caps.can_grow) {
+      void* base;
+      CHECK_OK(st_backend_cuda.reserve(b, 64 * caps.granularity, &base));
+      CHECK_OK(st_backend_cuda.map(b, base, 8 * caps.granularity));
+      CHECK_OK(st_backend_cuda.unmap(b, (char*)base + 4 * caps.granularity, 4 * caps.granularity));
+      CHECK_OK(st_backend_cuda.release(b, base, 64 * caps.granularity));
+    }
+    void* ev;
+    CHECK_OK(st_backend_cuda.event_record(b, 0, &ev));
+    while (!st_backend_cuda.event_done(b, ev)) usleep(100);
+    st_backend_cuda.event_destroy(b, ev);
+    st_backend_cuda.destroy(b);
     return;
   }
   CHECK(s == STALLOC_ERR_NO_DEVICE);
