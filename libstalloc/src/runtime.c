@@ -262,8 +262,11 @@ static inline void advance(st_runtime* rt) {
   if (++rt->cur_idx == rt->P + rt->I && rt->I) rt->cur_idx = rt->P;
 }
 
+/* A dynamic entry takes any size, a tiny one any tiny size (the slab serves both alike; MoE
+ * index tensors change size with the routing). */
 static inline bool size_fits(const st_plan_entry* e, uint64_t size) {
-  return e->size == size || e->cls == PLAN_CLASS_DYNAMIC;
+  return e->size == size || e->cls == PLAN_CLASS_DYNAMIC ||
+         (e->cls == PLAN_CLASS_TINY && size <= ST_TINY_MAX);
 }
 
 /* How many of hist[h], hist[h+1], ... match the entries at v, v-1, ... in a row. */
@@ -306,13 +309,16 @@ static bool acceptable(int score, uint64_t dist, bool forward) {
   return score >= 3 || (score == 2 && dist <= 16) || (score == 1 && forward && dist <= 2);
 }
 
-static void try_candidate(const st_runtime* rt, uint64_t v, uint64_t size, candidate* best) {
+/* floor: the evidence that the run is still in step at the cursor (the request resized or
+ * extra); a jump must beat it, except to the next position or the one after (a drop). */
+static void try_candidate(const st_runtime* rt, uint64_t v, uint64_t size, int floor, candidate* best) {
   const st_plan_entry* e = entry_at(rt, v);
   if (!e || e->size != size) return;
   bool forward = v > rt->cursor;
   uint64_t dist = forward ? v - rt->cursor : rt->cursor - v;
   int score = score_at(rt, v);
   if (!acceptable(score, dist, forward)) return;
+  if (score <= floor && !(forward && dist <= 2)) return;
   if (!best->found || score > best->score || (score == best->score && dist < best->dist))
     *best = (candidate){.v = v, .dist = dist, .score = score, .found = true};
 }
@@ -335,22 +341,19 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
   }
   candidate best = {0};
   uint64_t cur = rt->cursor;
+  /* Repeated structure (layers, experts) offers far positions whose recent sizes match as
+   * well as the cursor's: staying in step wins those ties. */
+  int floor = cur ? 1 + run_length(rt, cur - 1, 0) : 0;
   uint64_t forward = WINDOW + ST_MIN(rt->lost, LOST_EXTRA);
   for (uint64_t d = 1; d <= forward; d++) {
-    try_candidate(rt, cur + d, size, &best);
-    if (d <= WINDOW && d <= cur) try_candidate(rt, cur - d, size, &best);
+    try_candidate(rt, cur + d, size, floor, &best);
+    if (d <= WINDOW && d <= cur) try_candidate(rt, cur - d, size, floor, &best);
   }
-  /* The first positions of the steady state and of the next iterations: a run that ended an
+  /* The first positions of the steady state or of the next iteration: a run that ended an
    * iteration early, or a prologue of another length, finds its way back there. */
-  uint64_t starts[3] = {rt->P, 0, 0};
-  size_t nstarts = 1;
-  if (rt->I && cur >= rt->P) {
-    uint64_t k = (cur - rt->P) % rt->I;
-    starts[nstarts++] = cur - k + rt->I;
-    starts[nstarts++] = cur - k;
-  }
-  for (size_t s = 0; s < nstarts; s++)
-    for (uint64_t j = 0; j <= HISTORY; j++) try_candidate(rt, starts[s] + j, size, &best);
+  uint64_t start = rt->P;
+  if (rt->I && cur >= rt->P) start = cur - (cur - rt->P) % rt->I + rt->I;
+  for (uint64_t j = 0; j <= HISTORY; j++) try_candidate(rt, start + j, size, floor, &best);
   push_history(rt, size);
   if (!best.found) {
     rt->lost++;

@@ -227,7 +227,7 @@ static void test_foreign_plan(void) {
   /* Every size 8 bytes smaller than the run's: no request fits its entry. */
   for (int i = 0; i < M; i++) h.iter[i].size -= 8;
   for (int i = 0; i < PERSISTENT; i++) h.pro[i].size -= 8;
-  gen g = {.iters = 10, .p_insert = 0.05, .seed = 9};
+  gen g = {.iters = 10, .seed = 9};
   stalloc_trace_t* t = make_trace(&g, NULL);
   stalloc_replay_result_t r = replay(t, &h.p, STALLOC_BACKEND_HOST);
   CHECK(r.hits == 0 && r.fallbacks > 0);
