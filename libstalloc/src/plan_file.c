@@ -85,9 +85,9 @@ stalloc_status_t stalloc_plan_save(const stalloc_plan_t* plan, const char* path)
   put64(buf + H_SECONDS, secbits);
   uint8_t* p = buf + HEADER_SIZE;
   for (size_t i = 0; i < plan->prologue_count; i++, p += ENTRY_SIZE)
-    put_entry(p, &plan->prologue[i], plan->prologue_end[i]);
+    put_entry(p, &plan->prologue[i], plan->prologue_end ? plan->prologue_end[i] : UINT64_MAX);
   for (size_t i = 0; i < plan->iteration_count; i++, p += ENTRY_SIZE)
-    put_entry(p, &plan->iteration[i], plan->iteration_end[i]);
+    put_entry(p, &plan->iteration[i], plan->iteration_end ? plan->iteration_end[i] : UINT64_MAX);
   for (size_t i = 0; i < plan->window_count; i++, p += WINDOW_SIZE) {
     put32(p, plan->windows[i].begin);
     put32(p + 4, plan->windows[i].end);

@@ -154,10 +154,12 @@ stalloc_status_t st_plan_validate(const stalloc_plan* plan, const char* what) {
     size_t k = it ? i - plan->prologue_count : i;
     const st_plan_entry* e = it ? &plan->iteration[k] : &plan->prologue[i];
     if ((s = check_entry(plan, e, it, k, what))) return s;
-    uint64_t end = it ? plan->iteration_end[k] : plan->prologue_end[k];
+    /* lifetimes are optional (a plan built by hand may have none): never = unknown */
+    const uint64_t* ends = it ? plan->iteration_end : plan->prologue_end;
+    uint64_t end = ends ? ends[k] : ST_NEVER;
     if (end <= k || (e->cls == PLAN_CLASS_PERSISTENT && end != ST_NEVER) ||
-        (e->cls == PLAN_CLASS_WARMUP && end > plan->prologue_count) ||
-        (e->cls == PLAN_CLASS_PERIODIC && end > k + plan->iteration_count))
+        (end != ST_NEVER && e->cls == PLAN_CLASS_WARMUP && end > plan->prologue_count) ||
+        (end != ST_NEVER && e->cls == PLAN_CLASS_PERIODIC && end > k + plan->iteration_count))
       return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: %s entry %zu: lifetime end %llu is impossible "
                      "for its class", what, it ? "iteration" : "prologue", k,
                      (unsigned long long)end);
@@ -527,7 +529,7 @@ stalloc_status_t stalloc_plan_lifetimes(const stalloc_plan_t* plan, int32_t whic
   if (!plan || !ends || !count || (which != 0 && which != 1))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_lifetimes: bad argument");
   *ends = which ? plan->iteration_end : plan->prologue_end;
-  *count = which ? plan->iteration_count : plan->prologue_count;
+  *count = !*ends ? 0 : which ? plan->iteration_count : plan->prologue_count; /* none: hand-made */
   return STALLOC_OK;
 }
 
