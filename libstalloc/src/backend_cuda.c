@@ -42,12 +42,10 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static stalloc_status_t load_status;
 static char load_message[768];
 
-/* Reads STALLOC_CUDA_DRIVER here rather than in options.c: the driver is one per process and
- * loaded once, so a per-allocator option could not be honoured. */
 static void load_driver(void) {
-  const char* path = getenv("STALLOC_CUDA_DRIVER");
+  const char* path = st_options_cuda_driver();
   const char* from = " (named by STALLOC_CUDA_DRIVER)";
-  if (!path || !*path) {
+  if (!path) {
     path = "libcuda.so.1";
     from = "";
   }

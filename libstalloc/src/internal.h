@@ -24,6 +24,9 @@ stalloc_status_t st_fail(stalloc_status_t status, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void st_clear_error(void);
 
+/* options.c: STALLOC_CUDA_DRIVER, read when the cuda backend first loads the driver. */
+const char* st_options_cuda_driver(void);
+
 /* crc32.c */
 uint32_t st_crc32(uint32_t crc, const void* data, size_t len);
 

@@ -46,6 +46,13 @@ static const option_desc OPTIONS[] = {
     {"STALLOC_RECORD_PATH", OPT_STRING, offsetof(stalloc_options_t, record_path)},
 };
 
+/* The CUDA driver library to load instead of libcuda.so.1 (tests point it at a mock). One per
+ * process and loaded once, so it is not a per-allocator field; NULL when unset. */
+const char* st_options_cuda_driver(void) {
+  const char* v = getenv("STALLOC_CUDA_DRIVER");
+  return v && *v ? v : NULL;
+}
+
 void stalloc_options_init(stalloc_options_t* o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
