@@ -214,3 +214,17 @@ def test_record_jax_allocations(tmp_path):
     assert (s.requests, s.steps, s.unfreed_requests) == (3, 3, 0)
     assert t.lower_bound == 16 * 16 * 4
     a.close()
+
+
+def test_other_consumers_take_the_capsule(alloc):
+    # numpy consumes the "dltensor" capsule too (renaming it), sharing the block.
+    t = alloc.tensor((3, 4), "float32")
+    t.numpy()[...] = np.arange(12).reshape(3, 4)
+    ptr = t.data_ptr
+    n = np.from_dlpack(t)
+    assert n.ctypes.data == ptr and n[2, 3] == 11
+    del t
+    assert alloc.stats().active_blocks == 1  # numpy holds it now
+    del n
+    gc.collect()
+    assert alloc.stats().active_blocks == 0
