@@ -1,0 +1,114 @@
+"""stalloc.placement: place(), the MiniMalloc CSV reader/writer and solve_minimalloc_csv,
+with every placement checked by an independent O(n^2) validator written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stalloc.errors import InvalidArgumentError
+from stalloc.placement import (
+    FREE, place, read_minimalloc_csv, solve_minimalloc_csv, write_minimalloc_csv,
+)
+
+
+def assert_valid(lower, upper, size, offsets, alignment=1, fixed=None):
+    lower, upper, size = (np.asarray(a, dtype=np.int64) for a in (lower, upper, size))
+    off = np.asarray(offsets, dtype=np.int64)
+    live = (size > 0) & (upper > lower)
+    for i in np.flatnonzero(live):
+        if fixed is not None and fixed[i] != FREE:
+            assert off[i] == fixed[i]
+        else:
+            assert off[i] % alignment == 0
+        t = (np.maximum(lower, lower[i]) < np.minimum(upper, upper[i])) & live
+        a = (np.maximum(off, off[i]) < np.minimum(off + size, off[i] + size[i]))
+        clash = np.flatnonzero(t & a)
+        assert list(clash) == [i], f"item {i} overlaps {clash[clash != i]}"
+
+
+def lower_bound(lower, upper, size):
+    return max(int(size[(lower <= t) & (t < upper)].sum()) for t in lower)
+
+
+def test_place_random_valid():
+    rng = np.random.default_rng(1)
+    n = 400
+    lower = rng.integers(0, 1000, n)
+    upper = lower + rng.integers(1, 200, n)
+    size = rng.integers(1, 1 << 16, n)
+    off, res = place(lower, upper, size, time_limit=0.2)
+    assert off.dtype == np.uint64 and len(off) == n
+    assert_valid(lower, upper, size, off)
+    assert res["lower_bound"] == lower_bound(lower, upper, size)
+    assert res["peak"] == int((off.astype(np.int64) + size).max())
+    assert res["peak"] >= res["lower_bound"]
+
+
+def test_place_alignment_and_fixed():
+    lower = np.array([0, 0, 2, 5])
+    upper = np.array([10, 6, 8, 9])
+    size = np.array([100, 30, 50, 7])
+    fixed = np.array([FREE, 0, FREE, FREE], dtype=np.uint64)
+    off, res = place(lower, upper, size, fixed=fixed, alignment=64, time_limit=0.1)
+    assert off[1] == 0
+    assert_valid(lower, upper, size, off, alignment=64, fixed=fixed)
+
+
+def test_place_empty_and_bad_input():
+    off, res = place([], [], [])
+    assert len(off) == 0 and res["peak"] == 0
+    with pytest.raises(InvalidArgumentError, match="upper"):
+        place([5], [1], [8])
+    with pytest.raises(ValueError, match="negative"):
+        place([-1], [1], [8])
+    with pytest.raises(ValueError, match="1 values, expected 2"):
+        place([0, 1], [1], [8, 8])
+
+
+def test_csv_roundtrip(tmp_path):
+    src = tmp_path / "in.csv"
+    src.write_text("id,lower,upper,size\n0,0,10,4\n1,5,15,4\nb2,10,20,8\n")
+    rows = read_minimalloc_csv(src)
+    assert rows.ids == ["0", "1", "b2"] and list(rows.size) == [4, 4, 8]
+    assert list(rows.offset) == [-1, -1, -1]
+    out = tmp_path / "out.csv"
+    write_minimalloc_csv(out, rows, [0, 4, 0])
+    again = read_minimalloc_csv(out)
+    assert list(again.offset) == [0, 4, 0] and again.ids == rows.ids
+    assert out.read_text().splitlines()[0] == "id,lower,upper,size,offset"
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("id,lower,size\n0,1,2\n", ":1:"),
+        ("id,lower,upper,size\n0,0,10,4\n1,5,x,4\n", ":3:"),
+        ("id,lower,upper,size\n0,0,10\n", ":2:"),
+        ("id,lower,upper,size\n0,10,5,4\n", ":2: upper"),
+        ("id,lower,upper,size\n0,0,10,-4\n", ":2: negative"),
+        ("id,lower,upper,size,offset\n0,0,10,4,1,9\n", ":2:"),
+    ],
+)
+def test_csv_malformed(tmp_path, text, where):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=where):
+        read_minimalloc_csv(p)
+    with pytest.raises(ValueError):
+        solve_minimalloc_csv(p, tmp_path / "o.csv", time_limit=0.1)
+
+
+def test_solve_shipped_instance(shared_dir, tmp_path):
+    src = shared_dir / "benchmarks" / "minimalloc" / "C.1048576.csv"
+    if not src.is_file():
+        pytest.skip(f"{src} not present")
+    out = tmp_path / "C.out.csv"
+    res = solve_minimalloc_csv(src, out, time_limit=2.0)
+    assert set(res) >= {"lower_bound", "plan_peak", "ratio", "seconds"}
+    rows = read_minimalloc_csv(out)
+    assert (rows.offset >= 0).all()
+    assert_valid(rows.lower, rows.upper, rows.size, rows.offset)
+    assert res["lower_bound"] == lower_bound(rows.lower, rows.upper, rows.size) == 1039360
+    assert res["plan_peak"] == int((rows.offset + rows.size).max())
+    assert res["ratio"] <= 1.05
