@@ -19,25 +19,27 @@ import subprocess
 import sys
 
 
-def train(steps: int, dim: int, layers: int, batch: int, seq: int, vocab: int) -> None:
+def train(steps: int, dim: int, layers: int, batch: int, seq: int, vocab: int,
+          device: str = "cuda") -> None:
     import torch
     from torch import nn
 
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(dim, nhead=8, dim_feedforward=4 * dim, batch_first=True)
     model = nn.Sequential(nn.Embedding(vocab, dim), nn.TransformerEncoder(layer, layers),
-                          nn.Linear(dim, vocab)).cuda()
+                          nn.Linear(dim, vocab)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for _ in range(steps):
         # varying sequence lengths, as real data loaders give, exercise the cache
         s = seq - int(torch.randint(0, seq // 4, ()).item())
-        x = torch.randint(0, vocab, (batch, s), device="cuda")
-        y = torch.randint(0, vocab, (batch, s), device="cuda")
+        x = torch.randint(0, vocab, (batch, s), device=device)
+        y = torch.randint(0, vocab, (batch, s), device=device)
         loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def record(out: str, steps: int, dim: int, layers: int, batch: int, seq: int, vocab: int) -> dict:
