@@ -75,8 +75,10 @@ static void load_driver(void) {
     const char *name = NULL, *text = NULL;
     if (d.cuGetErrorName(r, &name) != ST_CU_SUCCESS || !name) name = "unknown CUresult";
     if (d.cuGetErrorString(r, &text) != ST_CU_SUCCESS || !text) text = "no description";
-    /* No device, or a driver too old for the kernel module: nothing to allocate on. */
-    load_status = r == ST_CU_ERROR_NO_DEVICE || r == 35 /* INSUFFICIENT_DRIVER */ || r == 34 /* STUB_LIBRARY */
+    /* No device, a busy one, a stub library, or a library that does not match the kernel
+     * module: nothing to allocate on. Anything else is the driver failing. */
+    load_status = r == ST_CU_ERROR_NO_DEVICE || r == ST_CU_ERROR_DEVICE_UNAVAILABLE || r == ST_CU_ERROR_STUB_LIBRARY ||
+                          r == ST_CU_ERROR_SYSTEM_DRIVER_MISMATCH || r == ST_CU_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
                       ? STALLOC_ERR_NO_DEVICE
                       : STALLOC_ERR_BACKEND;
     snprintf(load_message, sizeof load_message, "cuda backend: cuInit failed (driver %s%s): %s (%d): %s",
@@ -269,9 +271,11 @@ static void cuda_destroy(void* state) {
 
 /* ---- segments ---- */
 
-static stalloc_status_t oom_detail(cuda_state* s, cu_result r, uint64_t size) {
+/* A failed cuMemAlloc; out of memory says how much the device had left. */
+static stalloc_status_t alloc_failed(cuda_state* s, cu_result r, uint64_t size) {
   size_t free_bytes = 0, total_bytes = 0;
-  if (D.cuMemGetInfo(&free_bytes, &total_bytes) != ST_CU_SUCCESS) free_bytes = total_bytes = 0;
+  if (r != ST_CU_ERROR_OUT_OF_MEMORY || D.cuMemGetInfo(&free_bytes, &total_bytes) != ST_CU_SUCCESS)
+    return fail_cu(r, "cuMemAlloc_v2(%llu bytes) on device %d", (unsigned long long)size, s->ordinal);
   return fail_cu(r, "cuMemAlloc_v2(%llu bytes) on device %d with %zu of %zu bytes free",
                  (unsigned long long)size, s->ordinal, free_bytes, total_bytes);
 }
@@ -290,7 +294,7 @@ static stalloc_status_t cuda_alloc(void* state, uint64_t size, uint64_t alignmen
   cu_result r = D.cuMemAlloc(&p, size);
   stalloc_status_t st = STALLOC_OK;
   if (r != ST_CU_SUCCESS) {
-    st = oom_detail(s, r, size);
+    st = alloc_failed(s, r, size);
   } else if (alignment > 1 && p % alignment) {
     /* cuMemAlloc promises 256 bytes (and gives 2 MiB for big sizes); for a larger alignment
      * take alignment - 1 bytes more and hand out the aligned address inside. */
@@ -298,7 +302,7 @@ static stalloc_status_t cuda_alloc(void* state, uint64_t size, uint64_t alignmen
     cu_deviceptr base = 0;
     r = D.cuMemAlloc(&base, size + alignment - 1);
     if (r != ST_CU_SUCCESS) {
-      st = oom_detail(s, r, size + alignment - 1);
+      st = alloc_failed(s, r, size + alignment - 1);
     } else {
       p = (base + alignment - 1) & ~(cu_deviceptr)(alignment - 1);
       s->shifted[s->shifted_count++] = (shifted){p, base};
