@@ -215,7 +215,7 @@ stalloc_status_t stalloc_allocator_free(stalloc_allocator_t* a, void* ptr) {
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "free: NULL allocator");
   if (!ptr) return STALLOC_OK;
   LOCK(a);
-  live_block* r;
+  live_block* r = NULL;
   stalloc_status_t s = find_live(a, ptr, "free", &r);
   if (!s) release_live(a, r, r->stream);
   UNLOCK(a);
@@ -227,7 +227,7 @@ stalloc_status_t stalloc_allocator_free_sized(stalloc_allocator_t* a, void* ptr,
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "free: NULL allocator");
   if (!ptr) return STALLOC_OK;
   LOCK(a);
-  live_block* r;
+  live_block* r = NULL;
   stalloc_status_t s = find_live(a, ptr, "free", &r);
   if (!s && (r->size != size || r->device != device))
     s = st_fail(STALLOC_ERR_INVALID_ARGUMENT,
@@ -242,7 +242,7 @@ stalloc_status_t stalloc_allocator_free_sized(stalloc_allocator_t* a, void* ptr,
 stalloc_status_t stalloc_allocator_block_size(stalloc_allocator_t* a, const void* ptr, size_t* size) {
   if (!a || !size) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "block_size: NULL argument");
   LOCK(a);
-  live_block* r;
+  live_block* r = NULL;
   stalloc_status_t s = find_live(a, ptr, "block_size", &r);
   if (!s) *size = r->size;
   UNLOCK(a);

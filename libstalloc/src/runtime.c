@@ -339,6 +339,13 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
       return e;
     }
   }
+  /* Long lost (a plan from another run): search on every 8th miss only, so each miss costs
+   * about what the fallback pool does; finding the way back takes at most 7 requests more. */
+  if (rt->lost >= 32 && (rt->lost & 7)) {
+    rt->lost++;
+    push_history(rt, size);
+    return NULL;
+  }
   candidate best = {0};
   uint64_t cur = rt->cursor;
   /* Repeated structure (layers, experts) offers far positions whose recent sizes match as
