@@ -387,7 +387,12 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   st_place_result res;
   stalloc_status_t s = st_place(pl->items, pl->item_count, &pp, pl->offsets, &res);
   if (s) return s;
-  if (crossing && (s = replace_crossing(pl, &pp, prm->alignment))) return s;
+  if (crossing) {
+    /* the second placement gets what is left of the time limit */
+    st_place_params pp2 = pp;
+    pp2.time_limit = ST_MAX(0.0, prm->time_limit - res.seconds);
+    if ((s = replace_crossing(pl, &pp2, prm->alignment))) return s;
+  }
 
   /* entries */
   for (size_t i = 0; i < S + P; i++) {
