@@ -11,6 +11,8 @@
 4. latency: median alloc+free of one block, stalloc beside cuMemAlloc/cuMemFree (what
             cudaMalloc/cudaFree call), cudaMalloc/cudaFree through CuPy when present, and
             PyTorch's caching allocator. Every row goes through one Python call per op.
+5. replay:  the trace's allocs and frees alone through stalloc (plan mode, and no plan) and
+            PyTorch's caching allocator: microseconds per event, peak reserved bytes.
 
 Prints a table; --out PATH writes every figure as JSON. Exit status 1 if a check fails.
 
@@ -186,6 +188,56 @@ def check_plan(trace_path: Path, time_limit: float) -> dict:
             "seconds": seconds}
 
 
+# ---- 5. replay speed and peak reserved, beside PyTorch's caching allocator ----
+
+def replay_compare(trace_path: Path, time_limit: float) -> dict:
+    """The trace's allocs and frees (no kernels) through stalloc in plan mode, stalloc without
+    a plan (fallback pool only) and PyTorch's caching allocator: microseconds per event and the
+    peak of reserved bytes each needed."""
+    from stalloc.plan import plan as make_plan
+    from stalloc.trace import ALLOC, FLAG_UNMATCHED, FREE, STEP
+
+    trace = stalloc.load_trace(trace_path)
+    ops = [(int(e["kind"]), int(e["id"]), int(e["size"]), bool(int(e["flags"]) & FLAG_UNMATCHED))
+           for e in trace.events]
+    counted = sum(1 for k, _, size, unmatched in ops if (k == ALLOC and size) or (k == FREE and not unmatched))
+    dev = torch.cuda.current_device()
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run(alloc, free, step=None) -> float:
+        live = {}
+        t0 = time.perf_counter_ns()
+        for kind, i, size, unmatched in ops:
+            if kind == STEP:
+                if step:
+                    step(i)
+            elif kind == ALLOC and size:
+                live[i] = alloc(size)
+            elif kind == FREE and not unmatched and i in live:
+                free(live.pop(i))
+        elapsed = time.perf_counter_ns() - t0
+        for ptr in live.values():
+            free(ptr)
+        return elapsed / 1000.0 / max(counted, 1)
+
+    out = {"trace": str(trace_path), "events": counted, "lower_bound": trace.summary().lower_bound}
+    p = make_plan(trace, time_limit=time_limit)
+    for name, with_plan in (("stalloc_plan", True), ("stalloc_no_plan", False)):
+        with stalloc.Allocator(backend="cuda", device=dev) as a:
+            if with_plan:
+                a.load_plan(p)
+            us = run(lambda n: a.alloc(n, stream=stream), a.free, a.step)
+            out[name] = {"us_per_event": us, "peak_reserved": a.stats().peak_reserved_bytes}
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_reserved()
+    torch.cuda.reset_peak_memory_stats()
+    us = run(lambda n: torch.cuda.caching_allocator_alloc(n, dev, stream), torch.cuda.caching_allocator_delete)
+    out["torch_caching"] = {"us_per_event": us, "peak_reserved": torch.cuda.max_memory_reserved() - base}
+    torch.cuda.empty_cache()
+    return out
+
+
 # ---- 4. latency ----
 
 def _median_us(alloc, free, iters: int) -> float:
@@ -255,6 +307,7 @@ def main(argv=None) -> int:
         result["streams"] = check_streams(a, args.sleep)
         result["latency"] = measure_latency(a, args.iters)
     result["plan"] = check_plan(args.trace, args.time_limit)
+    result["replay"] = replay_compare(args.trace, args.time_limit)
     result["ok"] = all(result[k]["ok"] for k in ("data", "streams", "plan"))
 
     print(f"device: {result['device']}   torch {result['torch']}   stalloc {result['stalloc']}")
@@ -266,6 +319,11 @@ def main(argv=None) -> int:
     print(f"{'bytes':>12} " + " ".join(f"{c:>20}" for c in cols))
     for row in result["latency"]:
         print(f"{row['bytes']:>12} " + " ".join(f"{row[c]:>20.2f}" for c in cols))
+    r = result["replay"]
+    print(f"\nreplay of {r['trace']} ({r['events']} allocs+frees, lower bound {r['lower_bound']} B), no kernels")
+    print(f"{'allocator':>16} {'us/event':>10} {'peak reserved':>15}")
+    for name in ("stalloc_plan", "stalloc_no_plan", "torch_caching"):
+        print(f"{name:>16} {r[name]['us_per_event']:>10.2f} {r[name]['peak_reserved']:>15}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result["ok"] else 1
