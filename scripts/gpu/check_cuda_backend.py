@@ -302,10 +302,12 @@ def main(argv=None) -> int:
 
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "stalloc": stalloc.__version__, "cupy": getattr(cupy, "__version__", None)}
-    with stalloc.Allocator(backend="cuda", device=args.device) as a:
-        result["data"] = check_data(a)
-        result["streams"] = check_streams(a, args.sleep)
-        result["latency"] = measure_latency(a, args.iters)
+    # A fresh allocator per check: what one check leaves cached must not steer the next.
+    for key, check in (("data", check_data), ("streams", lambda a: check_streams(a, args.sleep)),
+                       ("latency", lambda a: measure_latency(a, args.iters))):
+        with stalloc.Allocator(backend="cuda", device=args.device) as a:
+            result[key] = check(a)
+        torch.cuda.synchronize()
     result["plan"] = check_plan(args.trace, args.time_limit)
     result["replay"] = replay_compare(args.trace, args.time_limit)
     result["ok"] = all(result[k]["ok"] for k in ("data", "streams", "plan"))
