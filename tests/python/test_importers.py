@@ -60,13 +60,23 @@ def test_rmm_sample():
     assert detect_format(SAMPLES / "rmm_log.csv") == "rmm"
 
 
+def test_rmm_number_forms(tmp_path):
+    p = tmp_path / "forms.csv"
+    p.write_text("Thread,Time,Action,Pointer,Size,Stream\n"
+                 "7,1634567890.123456,allocate,7f00aa00,100,7f0011\n"  # no 0x: hex, as written
+                 "7,12:00:00:000001,deallocate,0x7F00AA00,100,0\n")  # the guide's spelling
+    ev = load_rmm_csv(p)
+    assert ev["address"][0] == 0x7F00AA00 and ev["stream"][0] == 0x7F0011
+    assert ev["kind"].tolist() == [ALLOC, FREE] and ev["id"][1] == ev["id"][0]
+
+
 def write_rmm(events, path):
     lines = ["Thread,Time,Action,Pointer,Size,Stream"]
     for i, e in enumerate(events):
         if e["kind"] == STEP:
             continue
         action = "allocate" if e["kind"] == ALLOC else "free"
-        lines.append(f"{e['thread']},00:00:{i // 1000000:02d}:{i % 1000000:06d},{action},"
+        lines.append(f"{e['thread']},00:00:{i // 1000000:02d}.{i % 1000000:06d},{action},"
                      f"{int(e['address']):#x},{e['size']},{int(e['stream']):#x}")
     path.write_text("\n".join(lines) + "\n")
 

@@ -4,17 +4,21 @@ RMM's ``logging_resource_adaptor`` (Python: ``rmm.mr.LoggingResourceAdaptor``, o
 ``RMM_LOG_FILE`` variable) writes one header line and one row per call::
 
     Thread,Time,Action,Pointer,Size,Stream
-    140573312345856,12:34:56:123456,allocate,0x7f8a40000000,1024,0x7f8a38001020
-    140573312345856,12:34:56:123470,free,0x7f8a40000000,1024,0x7f8a38001020
+    140573312345856,12:34:56.123456,allocate,0x7f8a40000000,1024,0x7f8a38001020
+    140573312345856,12:34:56.123470,free,0x7f8a40000000,1024,0x7f8a38001020
+
+(the adaptor's row pattern is ``%t,%H:%M:%S.%f,%v`` with ``%v`` = ``action,%p,%zu,stream``).
 
 * Thread: the calling thread's id (an integer; kept modulo 2**32 as the event's ``thread``).
-* Time: a timestamp (``HH:MM:SS:us`` from the adaptor; RMM's docs also show seconds since
-  the epoch). Rows are taken in file order, which is time order: RMM's own replay benchmark
-  relies on that too, so Time is only checked to be present.
+* Time: a timestamp (``HH:MM:SS.us`` from the adaptor; older notes say ``HH:MM:SS:us`` and
+  RMM's guide shows seconds since the epoch). Rows are taken in file order, which is time
+  order: RMM's own replay benchmark relies on that too, so Time is only checked to be present.
 * Action: ``allocate``, ``allocate failure`` or ``free`` (``deallocate``, as RMM's user
   guide spells it, is read as ``free``).
-* Pointer: hexadecimal with or without ``0x``; ``(nil)`` for a failed allocation.
-* Size: bytes, decimal. Stream: the CUDA stream handle, hexadecimal (``0x...``) or decimal.
+* Pointer: ``%p`` output, hexadecimal with or without ``0x``; ``(nil)`` for a failed
+  allocation.
+* Size: bytes, decimal. Stream: the CUDA stream handle, written with ``std::hex``: hexadecimal
+  with or without ``0x`` (``0`` is the default stream).
 
 Conversion: ``allocate`` -> ALLOC with a new request id; ``free`` -> FREE of the latest live
 allocation at that pointer (its id and size); a free of a pointer with no live allocation ->
@@ -96,7 +100,7 @@ def load_rmm_csv(path, device: int = 0, return_info: bool = False):
             raise ValueError(f"{where}: empty Time")
         thread = _int(thread_s, "Thread", where)
         size = _int(size_s, "Size", where)
-        stream = _int(stream_s, "Stream", where)
+        stream = _int(stream_s, "Stream", where, hex_default=True)
         if action == "failed":
             failures += 1
             log.failed(size, stream, thread)
