@@ -35,6 +35,8 @@ struct st_search {
   uint64_t align;
   const uint64_t* size;
   const uint32_t *slo, *shi;
+  uint64_t* length;
+  int heuristic;
   uint32_t* ov_start; /* CSR: items overlapping item i in time */
   uint32_t* ov;
   uint32_t* sm_start; /* CSR: items live in section s */
@@ -45,6 +47,7 @@ struct st_search {
   const uint32_t* cur_pre;
   uint64_t *minoff, *off, *floor, *total;
   uint32_t *stamp, gen, *affected;
+  uint32_t* witness;   /* per section: a member last seen unplaced at or below the floor */
   uint32_t* cuts0;     /* per section boundary q|q+1: items crossing it */
   uint32_t* cuts;      /* the same, counting unplaced items only */
   uint32_t* cutpoints; /* scratch stack of new zero cuts */
@@ -83,6 +86,30 @@ static int cmp_pre_key(const void* a, const void* b) {
 static const char heuristic_keys[ST_SEARCH_HEURISTICS][3] = {
     {'W', 'A', 'T'}, {'T', 'A', 'W'}, {'T', 'W', 'A'}, {'T', 'C', 'A'}, {'C', 'A', 'T'}, {'A', 'T', 'C'}};
 
+/* The preordering key of item i under heuristic h, with section totals `tot` restricted to
+ * sections [rlo, rhi). */
+static void fill_key(const st_search* s, int h, uint32_t i, const uint64_t* tot, uint32_t rlo,
+                     uint32_t rhi, pre_key* key) {
+  uint64_t t = 0;
+  uint32_t a0 = ST_MAX(s->slo[i], rlo), a1 = ST_MIN(s->shi[i], rhi);
+  for (uint32_t k = a0; k < a1; k++) t = ST_MAX(t, tot[k]);
+  key->item = i;
+  for (int c = 0; c < 3; c++) {
+    uint64_t v = 0;
+    switch (heuristic_keys[h][c]) {
+      case 'T': v = t; break;
+      case 'W': v = s->length[i]; break;
+      case 'C': v = s->shi[i] - s->slo[i]; break;
+      case 'A': {
+        long double a = (long double)s->size[i] * (long double)s->length[i];
+        v = a > 1.8e19L ? UINT64_MAX : (uint64_t)a;
+        break;
+      }
+    }
+    key->k[c] = v;
+  }
+}
+
 stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   *out = NULL;
   st_search* s = calloc(1, sizeof *s);
@@ -94,6 +121,8 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   s->size = in->size;
   s->slo = in->slo;
   s->shi = in->shi;
+  s->length = malloc((n ? n : 1) * sizeof(uint64_t));
+  if (s->length) memcpy(s->length, in->length, n * sizeof(uint64_t));
   s->sm_start = calloc((size_t)ns + 1, sizeof(uint32_t));
   s->total0 = calloc(ns ? ns : 1, sizeof(uint64_t));
   s->ov_start = calloc((size_t)n + 1, sizeof(uint32_t));
@@ -104,10 +133,11 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   s->stamp = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->affected = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->cuts0 = calloc(ns ? ns : 1, sizeof(uint32_t));
+  s->witness = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->cuts = calloc(ns ? ns : 1, sizeof(uint32_t));
   pre_key* keys = calloc(n ? n : 1, sizeof(pre_key));
-  bool ok = s->sm_start && s->total0 && s->ov_start && s->minoff && s->off && s->floor &&
-            s->total && s->stamp && s->affected && s->cuts0 && s->cuts && keys;
+  bool ok = s->length && s->sm_start && s->total0 && s->ov_start && s->minoff && s->off && s->floor &&
+            s->total && s->stamp && s->affected && s->cuts0 && s->cuts && s->witness && keys;
   for (int h = 0; ok && h < ST_SEARCH_HEURISTICS; h++)
     ok = (s->pre[h] = calloc(n ? n : 1, sizeof(uint32_t))) != NULL;
   if (!ok) goto nomem;
@@ -132,6 +162,8 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   for (uint32_t i = 0; i < n; i++)
     for (uint32_t k = in->slo[i]; k < in->shi[i]; k++) s->sm[s->sm_start[k] + fill[k]++] = i;
   free(fill);
+  for (uint32_t k = 0; k < ns; k++)
+    if (s->sm_start[k] < s->sm_start[k + 1]) s->witness[k] = s->sm[s->sm_start[k]];
 
   /* Overlaps (CSR): two items overlap iff their section ranges intersect. Quadratic, but
    * the search only runs on partitions small enough for that. */
@@ -151,25 +183,7 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
 
   /* Preorderings. */
   for (int h = 0; h < ST_SEARCH_HEURISTICS; h++) {
-    for (uint32_t i = 0; i < n; i++) {
-      uint64_t t = 0;
-      for (uint32_t k = in->slo[i]; k < in->shi[i]; k++) t = ST_MAX(t, s->total0[k]);
-      keys[i].item = i;
-      for (int c = 0; c < 3; c++) {
-        uint64_t v = 0;
-        switch (heuristic_keys[h][c]) {
-          case 'T': v = t; break;
-          case 'W': v = in->length[i]; break;
-          case 'C': v = in->shi[i] - in->slo[i]; break;
-          case 'A': {
-            long double a = (long double)in->size[i] * (long double)in->length[i];
-            v = a > 1.8e19L ? UINT64_MAX : (uint64_t)a;
-            break;
-          }
-        }
-        keys[i].k[c] = v;
-      }
-    }
+    for (uint32_t i = 0; i < n; i++) fill_key(s, h, i, s->total0, 0, ns, &keys[i]);
     qsort(keys, n, sizeof *keys, cmp_pre_key);
     for (uint32_t p = 0; p < n; p++) s->pre[h][p] = keys[p].item;
   }
@@ -184,6 +198,7 @@ nomem:
 
 void st_search_destroy(st_search* s) {
   if (!s) return;
+  free(s->length);
   free(s->sm_start);
   free(s->sm);
   free(s->total0);
@@ -197,6 +212,7 @@ void st_search_destroy(st_search* s) {
   free(s->stamp);
   free(s->affected);
   free(s->cuts0);
+  free(s->witness);
   free(s->cuts);
   free(s->cutpoints);
   free(s->umin.v);
@@ -255,10 +271,20 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
   /* Nothing unplaced in a section can go below the lowest minimum offset among them. */
   for (uint32_t a = 0; a < naff; a++) {
     uint32_t q = s->affected[a];
+    /* Most often some unplaced member still sits at or below the floor, and then nothing
+     * changes: try the member that showed it last time first, and stop at the first one. */
+    uint32_t w = s->witness[q];
+    if (s->off[w] == UNPLACED && s->minoff[w] <= s->floor[q]) continue;
     uint64_t lo = UINT64_MAX;
     for (uint32_t m = s->sm_start[q]; m < s->sm_start[q + 1]; m++) {
       uint32_t j = s->sm[m];
-      if (s->off[j] == UNPLACED && s->minoff[j] < lo) lo = s->minoff[j];
+      if (s->off[j] != UNPLACED) continue;
+      if (s->minoff[j] <= s->floor[q]) {
+        s->witness[q] = j;
+        lo = 0;
+        break;
+      }
+      if (s->minoff[j] < lo) lo = s->minoff[j];
     }
     if (lo != UINT64_MAX && s->floor[q] < lo) {
       if (!undo_push(s, &s->ufloor, q, s->floor[q])) return;
@@ -335,7 +361,29 @@ static st_search_outcome split(st_search* s, size_t base, uint32_t len, size_t c
       if (s->off[i] == UNPLACED && s->slo[i] < hi && lo < s->shi[i]) s->arena[sub + m++] = e;
     }
     if (m == 0) continue;
+    /* A fresh preorder for the subproblem, from the totals still unplaced in its sections
+     * (what is crowded has changed since the start). */
+    pre_key* keys = malloc(m * sizeof *keys);
+    uint32_t* map = malloc(m * sizeof *map);
+    if (!keys || !map) {
+      free(keys);
+      free(map);
+      free(c);
+      return ST_SEARCH_NOMEM;
+    }
+    for (uint32_t j = 0; j < m; j++)
+      fill_key(s, s->heuristic, s->cur_pre[s->arena[sub + j].pre], s->total, lo, hi, &keys[j]);
+    qsort(keys, m, sizeof *keys, cmp_pre_key);
+    for (uint32_t j = 0; j < m; j++) {
+      map[j] = keys[j].item;
+      s->arena[sub + j] = (order_entry){s->minoff[keys[j].item], j};
+    }
+    free(keys);
+    const uint32_t* saved = s->cur_pre;
+    s->cur_pre = map;
     st_search_outcome r = dfs(s, sub, m, 0, 0, lo, hi);
+    s->cur_pre = saved;
+    free(map);
     if (r != ST_SEARCH_FOUND) {
       free(c);
       return r;
@@ -429,7 +477,8 @@ st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
   s->cancel = cancel;
   s->out = offsets;
   s->nomem = false;
-  s->cur_pre = s->pre[heuristic % ST_SEARCH_HEURISTICS];
+  s->heuristic = heuristic % ST_SEARCH_HEURISTICS;
+  s->cur_pre = s->pre[s->heuristic];
   s->umin.len = s->ufloor.len = 0;
   for (uint32_t i = 0; i < s->n; i++) {
     s->off[i] = UNPLACED;
