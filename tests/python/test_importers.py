@@ -126,6 +126,35 @@ def test_snapshot_sample_default_device_and_free_completed():
     assert detect_format(SAMPLES / "torch_snapshot.pickle") == "torch-snapshot"
 
 
+def test_snapshot_made_by_torch_from_a_real_cpu_run():
+    """A snapshot dict produced by PyTorch's own converter (_profile_to_snapshot) from a real
+    CPU profile: the importer must pair its entries as the entries themselves say."""
+    p = SAMPLES / "torch_snapshot_from_profiler.pickle"
+    with open(p, "rb") as f:
+        entries = pickle.load(f)["device_traces"][0]
+    ev, info = load_torch_snapshot(p, return_info=True)
+    allocs = [e for e in entries if e["action"] == "alloc"]
+    completed = [e for e in entries if e["action"] == "free_completed"]
+    assert (ev["kind"] == ALLOC).sum() == len(allocs) > 100
+    assert (ev["kind"] == FREE).sum() == len(completed)
+    assert ev[ev["kind"] == ALLOC]["size"].tolist() == [e["size"] for e in allocs]
+    # live bytes as the entries say: frees of blocks that predate the profile do not count
+    live, now, peak, unmatched = {}, 0, 0, 0
+    for e in entries:
+        if e["action"] == "alloc":
+            live.setdefault(e["addr"], []).append(e["size"])
+            now += e["size"]
+            peak = max(peak, now)
+        elif e["action"] == "free_completed":
+            if live.get(e["addr"]):
+                now -= live[e["addr"]].pop()
+            else:
+                unmatched += 1
+    assert info["unmatched_frees"] == unmatched > 0  # tensors that existed before profiling
+    assert stalloc.Trace.from_events(ev).lower_bound == peak
+    assert detect_format(p) == "torch-snapshot"
+
+
 def test_snapshot_free_requested_and_device_choice():
     with open(SAMPLES / "torch_snapshot.pickle", "rb") as f:
         snap = pickle.load(f)
@@ -316,6 +345,7 @@ def test_undetectable_format(tmp_path):
 
 @pytest.mark.parametrize("sample, fmt", [
     ("rmm_log.csv", "rmm"), ("torch_snapshot.pickle", "torch-snapshot"),
+    ("torch_snapshot_from_profiler.pickle", "torch-snapshot"),
     ("stalloc_log.txt", "stalloc-log"), ("minimalloc_A.1048576.csv", "minimalloc"),
 ])
 def test_cli_import(tmp_path, capsys, sample, fmt):
