@@ -367,6 +367,92 @@ static void test_streams_and_dynamic(void) {
   ops.destroy(backend);
 }
 
+/* The slab's stream rule, over the same fake events. */
+static void test_slab_streams(void) {
+  backend_ops ops = st_backend_host;
+  ops.event_record = ev_record;
+  ops.event_done = ev_done;
+  ops.event_destroy = ev_destroy;
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  void* backend;
+  backend_caps caps;
+  CHECK_OK(ops.create(&o, &backend, &caps));
+  st_budget budget = {0};
+  st_slab* slab;
+  CHECK_OK(st_slab_create(&ops, backend, &caps, &budget, 512, &slab));
+  void *p, *q, *r;
+  st_slot *sp, *sq, *sr;
+  CHECK_OK(st_slab_alloc(slab, 100, 1, &p, &sp));
+  CHECK((uintptr_t)p % 512 == 0);
+  int before = event_count;
+  st_slab_free(slab, sp, 1);
+  CHECK(event_count == before + 1);
+  CHECK_OK(st_slab_alloc(slab, 200, 2, &q, &sq));
+  CHECK(q != p); /* stream 2 waits for stream 1's work */
+  CHECK_OK(st_slab_alloc(slab, 300, 1, &r, &sr));
+  CHECK(r == p); /* stream 1 reuses at once */
+  st_slab_free(slab, sr, 1);
+  events[event_count - 1].done = true;
+  CHECK_OK(st_slab_alloc(slab, 64, 2, &r, &sr));
+  CHECK(r == p); /* done: stream 2 may take it */
+  CHECK(budget.reserved > 0 && budget.reserved <= 64 * 1024);
+  st_slab_free(slab, sq, 2);
+  st_slab_free(slab, sr, 2);
+  st_slab_destroy(slab);
+  CHECK(budget.reserved == 0);
+  ops.destroy(backend);
+}
+
+/* A growable backend: the pool is one reservation, mapped once, released at the end. */
+static int reserves, maps, unmaps, releases;
+static stalloc_status_t fake_reserve(void* state, uint64_t size, void** base) {
+  reserves++;
+  return posix_memalign(base, 4096, size) ? STALLOC_ERR_OUT_OF_MEMORY : STALLOC_OK;
+}
+static stalloc_status_t fake_release(void* state, void* base, uint64_t size) {
+  releases++;
+  free(base);
+  return STALLOC_OK;
+}
+static stalloc_status_t fake_map(void* state, void* at, uint64_t size) {
+  maps++;
+  return STALLOC_OK;
+}
+static stalloc_status_t fake_unmap(void* state, void* at, uint64_t size) {
+  unmaps++;
+  return STALLOC_OK;
+}
+
+static void test_growable_pool(void) {
+  backend_ops ops = st_backend_host;
+  ops.reserve = fake_reserve;
+  ops.release = fake_release;
+  ops.map = fake_map;
+  ops.unmap = fake_unmap;
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  void* backend;
+  backend_caps caps;
+  CHECK_OK(ops.create(&o, &backend, &caps));
+  caps.can_grow = true;
+  st_budget budget = {0};
+  hand_plan h;
+  make_plan(&h, false);
+  st_runtime* rt;
+  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, 512, &h.p, 0, &rt));
+  CHECK(reserves == 1 && maps == 1 && budget.reserved >= h.p.pool_size);
+  st_rt_outcome out;
+  void* p;
+  st_range_node* n;
+  CHECK_OK(st_runtime_alloc(rt, 4096, 0, &out, &p, &n));
+  CHECK(out == RT_HIT);
+  st_runtime_free(rt, n, 0);
+  st_runtime_destroy(rt);
+  CHECK(unmaps == 1 && releases == 1 && budget.reserved == 0);
+  ops.destroy(backend);
+}
+
 int main(void) {
   RUN(test_follows_plan);
   RUN(test_perturbed);
@@ -376,5 +462,7 @@ int main(void) {
   RUN(test_allocs_before_plan);
   RUN(test_bad_plans);
   RUN(test_streams_and_dynamic);
+  RUN(test_slab_streams);
+  RUN(test_growable_pool);
   return 0;
 }
