@@ -301,6 +301,7 @@ typedef struct part {
   uint64_t* sol;
   uint64_t node_limit;
   uint32_t attempt;
+  uint32_t step_shift; /* improving attempts aim (gap >> step_shift) below the best */
   bool exhausted;     /* the search cannot help any more */
   uint32_t *slo_keep, *shi_keep; /* the search's input arrays, freed with it */
   uint64_t* size_keep;
@@ -399,6 +400,7 @@ static stalloc_status_t search_setup(placer* p, part* q) {
   }
   q->node_limit = 2 * (uint64_t)m;
   q->attempt = 0;
+  q->step_shift = 1;
   free(len); /* only read at creation (preorder keys) */
   /* slo, shi and size stay referenced by the search */
   q->slo_keep = slo;
@@ -431,7 +433,9 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
   }
   int h = (int)(q->attempt / 2 % ST_SEARCH_HEURISTICS);
   bool mid = q->attempt % 2 == 1;
-  uint64_t target = mid ? lo + (q->peak - 1 - lo) / 2 : lo;
+  /* improving attempts aim half the gap below the best, then closer after each failure */
+  uint64_t gap = q->peak - 1 - lo;
+  uint64_t target = mid ? q->peak - 1 - (q->step_shift < 64 ? gap >> q->step_shift : 0) : lo;
   if (++q->attempt % (2 * ST_SEARCH_HEURISTICS) == 0) q->node_limit *= 2;
   size_t m = q->e - q->b;
   p->res->orderings_tried++;
@@ -445,12 +449,16 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
         q->peak = pk;
         memcpy(p->off + q->b, q->sol, m * sizeof(uint64_t));
       }
+      q->step_shift = 1;
       break;
     }
     case ST_SEARCH_NONE: /* a complete search: nothing fits in target */
       if (target + 1 > q->proven) q->proven = target + 1;
+      q->step_shift = 1;
       break;
-    case ST_SEARCH_ABORTED: break;
+    case ST_SEARCH_ABORTED:
+      if (mid) q->step_shift++;
+      break;
     case ST_SEARCH_STOPPED: *stop = true; break;
     case ST_SEARCH_NOMEM: q->exhausted = true; break; /* keep what we have */
   }

@@ -46,7 +46,8 @@ struct st_search {
   /* search state */
   const uint32_t* cur_pre;
   uint64_t *minoff, *off, *floor, *total;
-  uint32_t *stamp, gen, *affected;
+  uint32_t* affected;
+  int32_t* cover;      /* scratch difference array over sections (+1 guard) */
   uint32_t* witness;   /* per section: a member last seen unplaced at or below the floor */
   uint32_t* cuts0;     /* per section boundary q|q+1: items crossing it */
   uint32_t* cuts;      /* the same, counting unplaced items only */
@@ -130,14 +131,14 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   s->off = calloc(n ? n : 1, sizeof(uint64_t));
   s->floor = calloc(ns ? ns : 1, sizeof(uint64_t));
   s->total = calloc(ns ? ns : 1, sizeof(uint64_t));
-  s->stamp = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->affected = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->cuts0 = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->witness = calloc(ns ? ns : 1, sizeof(uint32_t));
+  s->cover = calloc((size_t)ns + 1, sizeof(int32_t));
   s->cuts = calloc(ns ? ns : 1, sizeof(uint32_t));
   pre_key* keys = calloc(n ? n : 1, sizeof(pre_key));
   bool ok = s->length && s->sm_start && s->total0 && s->ov_start && s->minoff && s->off && s->floor &&
-            s->total && s->stamp && s->affected && s->cuts0 && s->cuts && s->witness && keys;
+            s->total && s->affected && s->cuts0 && s->cuts && s->witness && s->cover && keys;
   for (int h = 0; ok && h < ST_SEARCH_HEURISTICS; h++)
     ok = (s->pre[h] = calloc(n ? n : 1, sizeof(uint32_t))) != NULL;
   if (!ok) goto nomem;
@@ -209,10 +210,10 @@ void st_search_destroy(st_search* s) {
   free(s->off);
   free(s->floor);
   free(s->total);
-  free(s->stamp);
   free(s->affected);
   free(s->cuts0);
   free(s->witness);
+  free(s->cover);
   free(s->cuts);
   free(s->cutpoints);
   free(s->umin.v);
@@ -245,23 +246,27 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
   uint64_t top = o + s->size[i];
   uint64_t top_aligned = round_up(top, s->align);
   s->off[i] = o;
-  if (++s->gen == 0) {
-    memset(s->stamp, 0, s->nsec * sizeof(uint32_t));
-    s->gen = 1;
-  }
-  uint32_t naff = 0;
-  /* Overlapping unplaced items can now go no lower than this item's top. */
+  /* Overlapping unplaced items can now go no lower than this item's top; the sections
+   * they live in are marked with a difference array (their ranges overlap a lot). */
+  uint32_t span_lo = UINT32_MAX, span_hi = 0;
   for (uint32_t k = s->ov_start[i]; k < s->ov_start[i + 1]; k++) {
     uint32_t j = s->ov[k];
     if (s->off[j] != UNPLACED || s->minoff[j] >= top_aligned) continue;
     if (!undo_push(s, &s->umin, j, s->minoff[j])) return;
     s->minoff[j] = top_aligned;
-    for (uint32_t q = s->slo[j]; q < s->shi[j]; q++)
-      if (s->stamp[q] != s->gen) {
-        s->stamp[q] = s->gen;
-        s->affected[naff++] = q;
-      }
+    s->cover[s->slo[j]]++;
+    s->cover[s->shi[j]]--;
+    span_lo = ST_MIN(span_lo, s->slo[j]);
+    span_hi = ST_MAX(span_hi, s->shi[j]);
   }
+  uint32_t naff = 0;
+  int32_t run = 0;
+  for (uint32_t q = span_lo; q < span_hi; q++) {
+    run += s->cover[q];
+    s->cover[q] = 0;
+    if (run > 0) s->affected[naff++] = q;
+  }
+  if (span_hi) s->cover[span_hi] = 0;
   /* The item's sections: the floor rises to its top, its bytes leave the unplaced total. */
   for (uint32_t q = s->slo[i]; q < s->shi[i]; q++) {
     if (!undo_push(s, &s->ufloor, q, s->floor[q])) return;
