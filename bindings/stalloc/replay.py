@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from ._lib import ffi, lib
 from .errors import check as _check
 from .trace import Trace
@@ -37,7 +39,8 @@ def _as_plan(plan):
 
 
 def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
-           check_overlap: bool = True, use_steps: bool = True, alignment: int = 0) -> dict:
+           check_overlap: bool = True, use_steps: bool = True, alignment: int = 0,
+           timeline_points: int = 0) -> dict:
     """Replays ``trace`` (a Trace or a path) through the runtime, from ``plan`` (a Plan, a plan
     file path, or None for the fallback pool alone).
 
@@ -63,7 +66,15 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
     o.alignment = int(alignment)
     r = ffi.new("stalloc_replay_result_t*")
     lib.stalloc_replay_result_init(r)
-    _check(lib.stalloc_replay(t._handle, p._handle if p is not None else ffi.NULL, o, r))
+    if timeline_points < 0:
+        raise ValueError(f"timeline_points must be >= 0, not {timeline_points}")
+    o.timeline_points = int(timeline_points)
+    arrays = [np.zeros(timeline_points, dtype=np.uint64) for _ in range(3)]
+    ptrs = [ffi.cast("uint64_t*", a.ctypes.data) if timeline_points else ffi.NULL for a in arrays]
+    _check(lib.stalloc_replay_timeline(t._handle, p._handle if p is not None else ffi.NULL, o, r, *ptrs))
     out = {k: getattr(r, k) for k in RESULT_KEYS}
     out["fragmentation"] = float(out["fragmentation"])
+    if timeline_points:
+        n = int(r.timeline_count)
+        out["timeline_event"], out["timeline_allocated"], out["timeline_reserved"] = (a[:n] for a in arrays)
     return out

@@ -103,6 +103,44 @@ typedef struct live_req {
 
 stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
                                 const stalloc_replay_options_t* options, stalloc_replay_result_t* result) {
+  if (!options || options->struct_size < sizeof(size_t)) /* the timeline call reports it */
+    return stalloc_replay_timeline(trace, plan, options, result, NULL, NULL, NULL);
+  stalloc_replay_options_t o;
+  stalloc_replay_options_init(&o);
+  memcpy(&o, options, ST_MIN(options->struct_size, sizeof o));
+  o.struct_size = sizeof o;
+  o.timeline_points = 0; /* no arrays to fill */
+  return stalloc_replay_timeline(trace, plan, &o, result, NULL, NULL, NULL);
+}
+
+/* One timeline bucket per run of events, as stalloc_simulate fills its timeline. */
+typedef struct timeline {
+  uint64_t points, n, count, bucket_alloc, bucket_res;
+  uint64_t *event, *allocated, *reserved;
+} timeline;
+
+static void timeline_note(timeline* tl, uint64_t k, stalloc_allocator_t* a) {
+  stalloc_stats_t st;
+  stalloc_stats_init(&st);
+  stalloc_allocator_stats(a, &st);
+  if (st.allocated_bytes > tl->bucket_alloc) tl->bucket_alloc = st.allocated_bytes;
+  if (st.reserved_bytes > tl->bucket_res) tl->bucket_res = st.reserved_bytes;
+  uint64_t b = (uint64_t)(((unsigned __int128)k * tl->points) / tl->n);
+  uint64_t b_next = (uint64_t)(((unsigned __int128)(k + 1) * tl->points) / tl->n);
+  if (k + 1 == tl->n || b_next != b) {
+    tl->event[tl->count] = k;
+    tl->allocated[tl->count] = tl->bucket_alloc;
+    tl->reserved[tl->count] = tl->bucket_res;
+    tl->count++;
+    tl->bucket_alloc = st.allocated_bytes;
+    tl->bucket_res = st.reserved_bytes;
+  }
+}
+
+stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
+                                         const stalloc_replay_options_t* options,
+                                         stalloc_replay_result_t* result, uint64_t* timeline_event,
+                                         uint64_t* timeline_allocated, uint64_t* timeline_reserved) {
   if (!trace || !result || result->struct_size < sizeof(size_t))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: NULL trace or result (or result not initialised)");
   stalloc_replay_options_t o;
@@ -119,6 +157,11 @@ stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan
                    stalloc_backend_name(o.backend));
   if (o.check_data && o.backend != STALLOC_BACKEND_HOST)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: the data check needs the host backend");
+  if (o.timeline_points && (!timeline_event || !timeline_allocated || !timeline_reserved))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: timeline_points is %llu but a timeline array is NULL",
+                   (unsigned long long)o.timeline_points);
+  timeline tl = {.points = o.timeline_points, .n = trace->event_count, .event = timeline_event,
+                 .allocated = timeline_allocated, .reserved = timeline_reserved};
   stalloc_trace_summary_t summary;
   stalloc_trace_summary_init(&summary);
   stalloc_status_t s = stalloc_trace_summary(trace, &summary);
@@ -150,6 +193,7 @@ stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan
   uint64_t checked = 0;
   if (!reqs) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "replay: no host memory");
   for (size_t i = 0; !s && i < trace->event_count; i++) {
+    if (i && tl.points) timeline_note(&tl, i - 1, a); /* the previous event, now done */
     const stalloc_event_t* e = &trace->events[i];
     if (e->kind == STALLOC_EVENT_STEP) {
       if (o.use_steps) s = stalloc_allocator_step_begin(a, e->id);
@@ -193,6 +237,7 @@ stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan
       if (s) s = st_fail(s, "replay: event %zu: free: %s", i, stalloc_last_error());
     }
   }
+  if (!s && tl.points && trace->event_count) timeline_note(&tl, trace->event_count - 1, a);
   clock_gettime(CLOCK_MONOTONIC, &t1);
 
   if (!s) {
@@ -215,6 +260,7 @@ stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan
     out.tiny = st.alloc_count - st.plan_hits - st.dynamic_allocs - st.fallback_allocs;
     out.pool_size = a->runtime ? st_runtime_pool_size(a->runtime) : 0;
     out.checked_events = checked;
+    out.timeline_count = tl.count;
     out.seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     size_t n = ST_MIN(result->struct_size, sizeof out);
     memcpy((char*)result + sizeof(size_t), (char*)&out + sizeof(size_t), n - sizeof(size_t));

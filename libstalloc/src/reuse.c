@@ -6,7 +6,8 @@
  * half-open; `end` may pass iteration_count when a dynamic request is freed in the next
  * iteration, up to 2 * iteration_count). A planned request occupies its range in a window if
  * any of its copies (previous, this or next iteration) overlaps the window; persistent requests
- * occupy theirs always. Occupied ranges use aligned sizes, as the placement does. */
+ * occupy theirs always. Dynamic positions with a slot (classify.c) occupy their capacity like a
+ * periodic request and still name a window: a request larger than its slot goes there. Occupied ranges use aligned sizes, as the placement does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,8 +47,11 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
     st_plan_entry* e = &plan->iteration[pos];
     if (e->cls != PLAN_CLASS_DYNAMIC) continue;
     const st_class_item* c = &iteration[pos];
-    if (c->end == ST_NEVER || c->end > 2 * (uint64_t)p) continue; /* fallback pool only */
-    if (wn && c->begin < windows[wn - 1].end) {
+    /* A window may not outlast an iteration (it would meet its own next copy): requests that
+     * do are served by the fallback pool only. */
+    if (c->end == ST_NEVER || c->end - c->begin > (uint64_t)p) continue;
+    if (wn && c->begin < windows[wn - 1].end &&
+        ST_MAX(c->end, (uint64_t)windows[wn - 1].end) - windows[wn - 1].begin <= (uint64_t)p) {
       if (c->end > windows[wn - 1].end) windows[wn - 1].end = (uint32_t)c->end;
     } else {
       if (!grow((void**)&windows, &wcap, wn + 1, sizeof *windows)) goto oom;
@@ -67,7 +71,7 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
       occ[on++] = (span){off, off + st_align_up(plan->prologue[i].size, a)};
     }
     for (size_t pos = 0; pos < p; pos++) {
-      if (plan->iteration[pos].cls != PLAN_CLASS_PERIODIC) continue;
+      if (plan->iteration[pos].offset == PLAN_NO_OFFSET) continue; /* periodic or a slot */
       uint64_t lo = iteration[pos].begin, hi = iteration[pos].end;
       /* copies shifted by -p, 0, +p (all times offset by p to stay unsigned) */
       bool hit = false;

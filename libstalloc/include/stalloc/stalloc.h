@@ -340,6 +340,10 @@ typedef struct stalloc_plan_params {
   int32_t reuse_space;      /* 1 (default): compute the reusable space for dynamic requests */
   uint64_t alignment;       /* every offset is a multiple of this; power of two; default 512 */
   uint64_t tiny_threshold;  /* requests of at most this many bytes are tiny; default 512 */
+  double dynamic_headroom;  /* >= 1 (default 1.25): a dynamic position freed before its next copy
+                               gets a slot of its largest size seen * this, placed offline; the
+                               runtime serves a request there when it fits (larger ones go to
+                               the reusable space or the fallback pool). 0: no slots */
 } stalloc_plan_params_t;
 
 /* One planned position (prologue or iteration), as the plan file stores it. */
@@ -437,6 +441,7 @@ typedef struct stalloc_replay_options {
   int32_t use_steps;              /* 1 (default): pass the trace's step markers on */
   int32_t reserved0;
   uint64_t virtual_capacity;      /* address range for the virtual backend; 0 = 1 TiB */
+  uint64_t timeline_points;       /* capacity of stalloc_replay_timeline's arrays; 0 = none */
 } stalloc_replay_options_t;
 
 typedef struct stalloc_replay_result {
@@ -456,6 +461,7 @@ typedef struct stalloc_replay_result {
   uint64_t pool_size;         /* bytes of the plan's pool (0 without a plan) */
   uint64_t checked_events;    /* events after which the overlap check ran */
   double seconds;             /* wall time of the replay, checks included */
+  uint64_t timeline_count;    /* timeline entries written (<= options.timeline_points) */
 } stalloc_replay_result_t;
 
 STALLOC_API void stalloc_replay_options_init(stalloc_replay_options_t* options);
@@ -466,6 +472,16 @@ STALLOC_API void stalloc_replay_result_init(stalloc_replay_result_t* result);
 STALLOC_API stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
                                             const stalloc_replay_options_t* options,
                                             stalloc_replay_result_t* result);
+/* The same, also filling a timeline as stalloc_simulate does: per bucket of consecutive events
+ * (options->timeline_points buckets), its last event index and the largest allocated and
+ * reserved bytes within it. Each array is NULL or holds timeline_points entries. */
+STALLOC_API stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace,
+                                                     const stalloc_plan_t* plan,
+                                                     const stalloc_replay_options_t* options,
+                                                     stalloc_replay_result_t* result,
+                                                     uint64_t* timeline_event,
+                                                     uint64_t* timeline_allocated,
+                                                     uint64_t* timeline_reserved);
 
 
 /* ---------------------------------------------------------------------------------------

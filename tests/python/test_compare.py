@@ -1,0 +1,84 @@
+"""`stalloc compare` and `stalloc demo`: rows for PyTorch, expandable segments and stalloc on
+real recorded traces, the timeline behind the plot, and the demo end to end on one model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stalloc
+from stalloc.compare import ROW_KEYS, compare, first_steps
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+
+
+def test_first_steps_cuts_at_a_step_marker():
+    t = stalloc.load_trace(TRACES / "llama_plain.npz")
+    part, kept = first_steps(t, 3)
+    assert kept == 4 and 0 < len(part) < len(t)
+    assert part.summary().steps == 4
+    assert np.array_equal(part.events["id"], t.events["id"][: len(part)])
+    tiny = stalloc.Trace.from_events(t.events[:5])
+    assert first_steps(tiny, 3) == (tiny, int((tiny.events["kind"] == 3).sum()))
+
+
+@pytest.mark.parametrize("name", ["llama_plain", "gpt2_recompute", "llama_accum"])
+def test_compare_rows_on_dense_traces(name):
+    t = stalloc.load_trace(TRACES / f"{name}.npz")
+    rows, how = compare(t, timeline_points=100)
+    assert [r["allocator"] for r in rows] == ["pytorch", "pytorch-expandable", "stalloc"]
+    lb = t.lower_bound
+    for r in rows:
+        assert set(ROW_KEYS) <= set(r)
+        assert r["peak_allocated"] == lb  # every allocator saw the same requests
+        assert r["peak_reserved"] >= lb and r["waste"] == r["peak_reserved"] - lb
+        ev = r["timeline_event"]
+        assert 0 < len(ev) <= 100 and ev[-1] == len(t) - 1 and np.all(np.diff(ev) > 0)
+        assert r["timeline_reserved"].max() == r["peak_reserved"]
+        assert r["timeline_allocated"].max() == r["peak_allocated"]
+    s = rows[-1]
+    assert s["misses"] == 0 and s["waste"] <= 0.10 * rows[0]["waste"]
+    assert how["plan_events"] < how["trace_events"]
+
+
+def test_compare_cli_json_and_plot(tmp_path):
+    png = tmp_path / "c.png"
+    out = subprocess.run([sys.executable, "-m", "stalloc", "compare", str(TRACES / "gpt2_plain.npz"),
+                          "--json", "--plot", str(png)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["allocator"] for r in rows] == ["pytorch", "pytorch-expandable", "stalloc"]
+    assert all(set(ROW_KEYS) <= set(r) for r in rows)
+    assert png.stat().st_size > 10_000
+    out = subprocess.run([sys.executable, "-m", "stalloc", "compare", str(TRACES / "gpt2_plain.npz")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "stalloc cuts PyTorch's waste by" in out.stdout
+
+
+def test_compare_with_a_saved_plan_and_a_limit(tmp_path):
+    t = stalloc.load_trace(TRACES / "llama_plain.npz")
+    stalloc.plan(t).save(tmp_path / "p.stplan")
+    out = subprocess.run([sys.executable, "-m", "stalloc", "compare", str(TRACES / "llama_plain.npz"),
+                          "--plan", str(tmp_path / "p.stplan"), "--limit", str(t.lower_bound + 1)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "pytorch: out of memory under --limit" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "stalloc", "compare", str(TRACES / "llama_plain.npz"),
+                          "--plan", str(tmp_path / "missing.stplan")], capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_demo_end_to_end_on_one_model(tmp_path):
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-m", "stalloc", "demo", "--steps", "5", "--variants", "dense",
+                          "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["dense"]
+    assert [r["allocator"] for r in rows] == ["pytorch", "pytorch-expandable", "stalloc"]
+    assert (tmp_path / "dense.stalloc").is_file() and (tmp_path / "dense.png").is_file()
+    assert stalloc.Trace.load(tmp_path / "dense.stalloc").summary().steps == 6
