@@ -45,6 +45,7 @@ struct st_fallback {
   st_block* free_tree;
   st_block* spare_blocks; /* recycled block structs, linked through next */
   uint32_t rng;
+  bool exact_segments;    /* see st_fallback_exact_segments */
 };
 
 /* ---- treap keyed by (size, ptr) ---- */
@@ -227,7 +228,8 @@ static stalloc_status_t try_new_segment(st_fallback* p, uint64_t size, uint64_t 
  * each again after giving cached segments back. */
 static stalloc_status_t new_segment(st_fallback* p, uint64_t rounded, uint64_t stream, st_block** out) {
   uint64_t exact = st_align_up(rounded, p->caps.granularity);
-  uint64_t sizes[2] = {st_align_up(segment_size_for(rounded), p->caps.granularity), exact};
+  uint64_t cached = p->exact_segments ? exact : st_align_up(segment_size_for(rounded), p->caps.granularity);
+  uint64_t sizes[2] = {cached, exact};
   if (!exact || !sizes[0])
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "request of %llu bytes is too large", (unsigned long long)rounded);
   stalloc_status_t st = STALLOC_ERR_OUT_OF_MEMORY;
@@ -259,6 +261,8 @@ stalloc_status_t st_fallback_create(const backend_ops* ops, void* backend_state,
   *out = p;
   return STALLOC_OK;
 }
+
+void st_fallback_exact_segments(st_fallback* p, bool exact) { p->exact_segments = exact; }
 
 void st_fallback_destroy(st_fallback* p) {
   if (!p) return;

@@ -18,6 +18,9 @@ stalloc_status_t st_fallback_alloc(st_fallback* pool, uint64_t size, uint64_t st
                                    st_block** block);
 /* Frees a live block; stream is where its last use was queued. */
 void st_fallback_free(st_fallback* pool, st_block* block, uint64_t stream);
+/* With a plan loaded, the pool only serves the few requests the plan missed: segments of the
+ * request's own size (granularity-rounded) waste less than cached 2 or 20 MiB ones. */
+void st_fallback_exact_segments(st_fallback* pool, bool exact);
 /* Returns wholly free segments whose work is done to the backend; gives the bytes returned. */
 uint64_t st_fallback_release_cached(st_fallback* pool);
 
