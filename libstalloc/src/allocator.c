@@ -339,6 +339,7 @@ stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struc
     } else {
       a->runtime = rt;
       a->slab = slab;
+      st_fallback_exact_segments(a->fallback, true);
     }
   }
   UNLOCK(a);
