@@ -24,6 +24,7 @@ struct st_block {
   bool is_free;
   uint64_t stream;
   void* event;           /* pending while non-NULL; only on free blocks */
+  bool stream_only;      /* freed without an event: only its own stream may take it again */
   st_block *left, *right; /* treap of free blocks */
   uint32_t priority;
 };
@@ -143,6 +144,7 @@ static void drop_event(st_fallback* p, st_block* b) {
 
 /* A free block is ready when no event is pending; a done event is dropped on the way. */
 static bool block_ready(st_fallback* p, st_block* b) {
+  if (b->stream_only) return false;
   if (!b->event) return true;
   if (!p->ops->event_done(p->backend, b->event)) return false;
   drop_event(p, b);
@@ -305,6 +307,7 @@ stalloc_status_t st_fallback_alloc(st_fallback* p, uint64_t size, uint64_t strea
       rest->is_free = true;
       rest->stream = b->stream;
       rest->event = b->event; /* the rest still waits on the same work */
+      rest->stream_only = b->stream_only;
       b->event = NULL;
       rest->prev = b;
       rest->next = b->next;
@@ -315,6 +318,7 @@ stalloc_status_t st_fallback_alloc(st_fallback* p, uint64_t size, uint64_t strea
     }
   }
   drop_event(p, b); /* usable_on said it is ready for this stream */
+  b->stream_only = false;
   b->is_free = false;
   b->stream = stream;
   *ptr = b->ptr;
@@ -339,6 +343,7 @@ static void absorb(st_fallback* p, st_block* keep, st_block* victim, bool victim
     drop_event(p, victim);
   }
   if (victim_is_newer) keep->stream = victim->stream;
+  keep->stream_only = keep->stream_only || victim->stream_only; /* merged only on one stream */
   keep->size += victim->size;
   keep->next = victim->next;
   if (victim->next) victim->next->prev = keep;
@@ -348,8 +353,10 @@ static void absorb(st_fallback* p, st_block* keep, st_block* victim, bool victim
 void st_fallback_free(st_fallback* p, st_block* b, uint64_t stream) {
   b->is_free = true;
   b->stream = stream;
-  if (p->ops->event_record && p->ops->event_record(p->backend, stream, &b->event) != STALLOC_OK)
-    b->event = NULL; /* cannot order it: treat as ready only for its own stream */
+  if (p->ops->event_record && p->ops->event_record(p->backend, stream, &b->event) != STALLOC_OK) {
+    b->event = NULL;
+    b->stream_only = true; /* cannot order it against other streams */
+  }
   if (can_merge(p, b, b->next)) {
     tree_del(p, b->next);
     absorb(p, b, b->next, false);
