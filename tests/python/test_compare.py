@@ -80,5 +80,6 @@ def test_demo_end_to_end_on_one_model(tmp_path):
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["dense"]
     assert [r["allocator"] for r in rows] == ["pytorch", "pytorch-expandable", "stalloc"]
+    assert rows[2]["waste"] < rows[0]["waste"]
     assert (tmp_path / "dense.stalloc").is_file() and (tmp_path / "dense.png").is_file()
     assert stalloc.Trace.load(tmp_path / "dense.stalloc").summary().steps == 6
