@@ -450,6 +450,8 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
         memcpy(p->off + q->b, q->sol, m * sizeof(uint64_t));
       }
       q->step_shift = 1;
+      /* a new best is a new problem: start its attempts small again */
+      q->node_limit = ST_MAX(2 * (uint64_t)m, q->node_limit / 4);
       break;
     }
     case ST_SEARCH_NONE: /* a complete search: nothing fits in target */

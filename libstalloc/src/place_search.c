@@ -246,12 +246,13 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
   uint64_t top = o + s->size[i];
   uint64_t top_aligned = round_up(top, s->align);
   s->off[i] = o;
+  s->minoff[i] = UINT64_MAX; /* placed: no longer a candidate (one load in the scans) */
   /* Overlapping unplaced items can now go no lower than this item's top; the sections
    * they live in are marked with a difference array (their ranges overlap a lot). */
   uint32_t span_lo = UINT32_MAX, span_hi = 0;
   for (uint32_t k = s->ov_start[i]; k < s->ov_start[i + 1]; k++) {
     uint32_t j = s->ov[k];
-    if (s->off[j] != UNPLACED || s->minoff[j] >= top_aligned) continue;
+    if (s->minoff[j] >= top_aligned) continue; /* also true for placed items */
     if (!undo_push(s, &s->umin, j, s->minoff[j])) return;
     s->minoff[j] = top_aligned;
     s->cover[s->slo[j]]++;
@@ -278,18 +279,18 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
     uint32_t q = s->affected[a];
     /* Most often some unplaced member still sits at or below the floor, and then nothing
      * changes: try the member that showed it last time first, and stop at the first one. */
-    uint32_t w = s->witness[q];
-    if (s->off[w] == UNPLACED && s->minoff[w] <= s->floor[q]) continue;
+    uint64_t fl = s->floor[q];
+    if (s->minoff[s->witness[q]] <= fl) continue;
     uint64_t lo = UINT64_MAX;
     for (uint32_t m = s->sm_start[q]; m < s->sm_start[q + 1]; m++) {
       uint32_t j = s->sm[m];
-      if (s->off[j] != UNPLACED) continue;
-      if (s->minoff[j] <= s->floor[q]) {
+      uint64_t v = s->minoff[j]; /* UINT64_MAX once placed */
+      if (v <= fl) {
         s->witness[q] = j;
         lo = 0;
         break;
       }
-      if (s->minoff[j] < lo) lo = s->minoff[j];
+      if (v < lo) lo = v;
     }
     if (lo != UINT64_MAX && s->floor[q] < lo) {
       if (!undo_push(s, &s->ufloor, q, s->floor[q])) return;
@@ -308,6 +309,7 @@ static void unplace(st_search* s, uint32_t i, size_t mark_min, size_t mark_floor
     undo_entry* e = &s->umin.v[--s->umin.len];
     s->minoff[e->idx] = e->val;
   }
+  s->minoff[i] = s->off[i]; /* it was placed at its minimum offset */
   s->off[i] = UNPLACED;
 }
 
