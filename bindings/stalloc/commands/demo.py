@@ -14,8 +14,8 @@ VARIANTS = ("dense", "recompute", "moe")
 
 
 def progress(label: str, done: int, total: int, width: int = 30) -> None:
-    if not sys.stderr.isatty() and done not in (0, total):
-        return  # a log file gets the start and the end of each bar only
+    if not sys.stderr.isatty() and done != total:
+        return  # a log file gets each bar once, finished
     filled = int(width * done / max(total, 1))
     end = "\n" if done == total else ""
     sys.stderr.write(f"\r{label:<28} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
