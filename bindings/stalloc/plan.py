@@ -175,8 +175,10 @@ class Plan:
 
 def plan(trace, time_limit: float = 2.0, *, detect_period: bool = True,
          use_step_markers: bool = True, classify: bool = True, reuse_space: bool = True,
-         alignment: int = 512, tiny_threshold: int = 512) -> Plan:
-    """Plans a trace (a :class:`Trace` or a path any loader reads). See docs/planner.md."""
+         alignment: int = 512, tiny_threshold: int = 512, dynamic_headroom: float = 1.0) -> Plan:
+    """Plans a trace (a :class:`Trace` or a path any loader reads). See docs/planner.md.
+    ``dynamic_headroom``: each reuse window gets an arena of the most live dynamic bytes seen in
+    a recorded iteration times this (>= 1; 0: no arenas, only the space planned requests leave)."""
     if not isinstance(trace, Trace):
         from .load import load_trace
 
@@ -192,6 +194,7 @@ def plan(trace, time_limit: float = 2.0, *, detect_period: bool = True,
         raise ValueError("alignment must be > 0 and tiny_threshold >= 0")
     p.alignment = int(alignment)
     p.tiny_threshold = int(tiny_threshold)
+    p.dynamic_headroom = float(dynamic_headroom)
     out = ffi.new("stalloc_plan_t**")
     check(lib.stalloc_plan_create(trace._handle, p, out))
     return Plan(out[0])

@@ -41,6 +41,7 @@ void stalloc_plan_params_init(stalloc_plan_params_t* p) {
   p->reuse_space = 1;
   p->alignment = 512;
   p->tiny_threshold = 512;
+  p->dynamic_headroom = 1.0;
 }
 
 void stalloc_plan_info_init(stalloc_plan_info_t* info) {
@@ -237,8 +238,9 @@ static uint64_t max_live(const uint64_t* sizes, const uint64_t* free_pos, const 
   return (uint64_t)best;
 }
 
-static bool is_planned(uint32_t cls) {
-  return cls == PLAN_CLASS_PERSISTENT || cls == PLAN_CLASS_PERIODIC || cls == PLAN_CLASS_WARMUP;
+static bool is_planned(const st_class_item* c) {
+  return c->cls == PLAN_CLASS_PERSISTENT || c->cls == PLAN_CLASS_PERIODIC ||
+         c->cls == PLAN_CLASS_WARMUP;
 }
 
 typedef struct pipeline {
@@ -250,6 +252,7 @@ typedef struct pipeline {
   uint64_t* offsets;
   size_t* entry_of;    /* item -> entry index (prologue first, then iteration) */
   size_t item_count;
+  size_t arenas;       /* class items pl->it[P ..], one per reuse window: no entry */
 } pipeline;
 
 static void pipeline_free(pipeline* pl) {
@@ -269,14 +272,14 @@ static void build_items(pipeline* pl, bool *has_crossing) {
   *has_crossing = false;
   for (size_t i = 0; i < S; i++) {
     const st_class_item* c = &pl->pro[i];
-    if (!is_planned(c->cls)) continue;
+    if (!is_planned(c)) continue;
     uint64_t hi = c->end == ST_NEVER ? end : c->end;
     pl->items[m] = (st_place_item){c->begin, hi, c->size, PLACE_FREE};
     pl->entry_of[m++] = i;
   }
-  for (size_t pos = 0; pos < P; pos++) {
+  for (size_t pos = 0; pos < P + pl->arenas; pos++) {
     const st_class_item* c = &pl->it[pos];
-    if (c->cls != PLAN_CLASS_PERIODIC) continue;
+    if (c->cls != PLAN_CLASS_PERIODIC) continue; /* arenas too: placed like periodic */
     bool crosses = c->end > P;
     *has_crossing |= crosses;
     pl->items[m] = (st_place_item){crosses ? S : S + c->begin, crosses ? S + P : S + c->end,
@@ -362,19 +365,24 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   /* size 0 is never planned: it has no bytes to place */
   uint64_t tiny = prm->classify ? prm->tiny_threshold : 0;
   pl->pro = malloc((S + 1) * sizeof *pl->pro);
-  pl->it = malloc((P + 1) * sizeof *pl->it);
+  pl->it = malloc((2 * P + 1) * sizeof *pl->it); /* positions, then arenas */
   plan->prologue = malloc((S + 1) * sizeof *plan->prologue);
   plan->iteration = malloc((P + 1) * sizeof *plan->iteration);
   plan->prologue_end = malloc((S + 1) * sizeof *plan->prologue_end);
   plan->iteration_end = malloc((P + 1) * sizeof *plan->iteration_end);
   if (!plan->prologue_end || !plan->iteration_end) goto oom;
-  pl->items = malloc((S + P + 1) * sizeof *pl->items);
-  pl->offsets = malloc((S + P + 1) * sizeof *pl->offsets);
-  pl->entry_of = malloc((S + P + 1) * sizeof *pl->entry_of);
+  pl->items = malloc((S + 2 * P + 1) * sizeof *pl->items);
+  pl->offsets = malloc((S + 2 * P + 1) * sizeof *pl->offsets);
+  pl->entry_of = malloc((S + 2 * P + 1) * sizeof *pl->entry_of);
   if (!pl->pro || !pl->it || !plan->prologue || !plan->iteration || !pl->items || !pl->offsets ||
       !pl->entry_of)
     goto oom;
   st_classify(pl->sizes, pl->free_pos, n, &pl->per, true, tiny, pl->pro, pl->it);
+  stalloc_status_t s;
+  if (prm->reuse_space && prm->dynamic_headroom >= 1 &&
+      (s = st_reuse_arenas(pl->sizes, pl->free_pos, &pl->per, pl->it, prm->dynamic_headroom,
+                           prm->alignment, pl->it + P, &pl->arenas)))
+    return s;
   plan->prologue_count = S;
   plan->iteration_count = P;
   plan->steps_found = (uint32_t)pl->per.iterations;
@@ -385,7 +393,7 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   build_items(pl, &crossing);
   st_place_params pp = {prm->alignment, prm->time_limit, NULL};
   st_place_result res;
-  stalloc_status_t s = st_place(pl->items, pl->item_count, &pp, pl->offsets, &res);
+  s = st_place(pl->items, pl->item_count, &pp, pl->offsets, &res);
   if (s) return s;
   if (crossing) {
     /* the second placement gets what is left of the time limit */
@@ -405,6 +413,10 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   uint64_t peak = 0, top = 0;
   for (size_t j = 0; j < pl->item_count; j++) {
     size_t i = pl->entry_of[j];
+    if (i >= S + P) { /* an arena: in the pool, no entry */
+      top = ST_MAX(top, pl->offsets[j] + st_align_up(pl->items[j].size, prm->alignment));
+      continue;
+    }
     st_plan_entry* e = i < S ? &plan->prologue[i] : &plan->iteration[i - S];
     e->offset = pl->offsets[j];
     peak = ST_MAX(peak, e->offset + e->size);
@@ -422,7 +434,7 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   bool* planned = malloc((n + 1) * sizeof *planned);
   if (!planned) goto oom;
   for (size_t i = 0; i < n; i++)
-    planned[i] = is_planned(i < S ? pl->pro[i].cls : pl->it[(i - S) % P].cls);
+    planned[i] = is_planned(i < S ? &pl->pro[i] : &pl->it[(i - S) % P]);
   plan->planned_lower_bound = max_live(pl->sizes, pl->free_pos, planned, n);
   free(planned);
 
@@ -451,6 +463,10 @@ stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
   if (!st_is_pow2(prm.alignment))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan params: alignment %llu is not a power of two",
                    (unsigned long long)prm.alignment);
+  if (!(prm.dynamic_headroom == 0 || (prm.dynamic_headroom >= 1 && prm.dynamic_headroom <= 1e6)))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
+                   "plan params: dynamic_headroom must be 0 (no arenas) or between 1 and 1e6, not %g",
+                   prm.dynamic_headroom);
   if (!(prm.time_limit >= 0) || !isfinite(prm.time_limit))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan params: time_limit must be >= 0 seconds");
   if (trace->request_count >= UINT32_MAX)

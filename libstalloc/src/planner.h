@@ -48,6 +48,15 @@ void st_classify(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
 stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prologue,
                                   const st_class_item* iteration);
 
+/* reuse.c: one arena per reuse window (the same windows st_reuse_compute finds): a class item
+ * over the window's positions, sized for the most live bytes (aligned) its dynamic requests
+ * reached in any recorded iteration, times headroom. The placement reserves it like a periodic
+ * request; st_reuse_compute then finds it free during the window, so the runtime places the
+ * window's dynamic requests there. out has room for one per dynamic position. */
+stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos,
+                                 const st_period* per, const st_class_item* it, double headroom,
+                                 uint64_t alignment, st_class_item* out, size_t* count);
+
 /* planner.c */
 uint64_t st_plan_fingerprint(const stalloc_plan* plan);
 /* Same, from a trace's first allocs, with the plan's dynamic positions masked. */

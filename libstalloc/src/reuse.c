@@ -8,6 +8,7 @@
  * any of its copies (previous, this or next iteration) overlaps the window; persistent requests
  * occupy theirs always. Dynamic positions with a slot (classify.c) occupy their capacity like a
  * periodic request and still name a window: a request larger than its slot goes there. Occupied ranges use aligned sizes, as the placement does. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +107,73 @@ oom:
   free(windows);
   free(ranges);
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory for the reuse table");
+}
+
+/* ---- arenas: room for the dynamic requests, reserved by the placement ------------------ */
+
+typedef struct ev {
+  uint64_t t;
+  int64_t d; /* +bytes at an alloc, -bytes at a free; frees sort first at equal times */
+} ev;
+
+static int by_time(const void* a, const void* b) {
+  const ev *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->d > 0) - (y->d > 0);
+}
+
+stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos,
+                                 const st_period* per, const st_class_item* it, double headroom,
+                                 uint64_t alignment, st_class_item* out, size_t* count) {
+  size_t S = per->start, p = per->period, iters = per->iterations, wn = 0;
+  *count = 0;
+  if (!p || !iters) return STALLOC_OK;
+  ev* evs = malloc(2 * p * sizeof *evs);
+  if (!evs) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory for the arenas");
+  /* the same windows as st_reuse_compute's step 1 */
+  for (size_t pos = 0; pos < p;) {
+    const st_class_item* c = &it[pos];
+    if (c->cls != PLAN_CLASS_DYNAMIC || c->end == ST_NEVER || c->end > 2 * (uint64_t)p) {
+      pos++;
+      continue;
+    }
+    uint64_t b = c->begin, e = c->end;
+    size_t last = pos;
+    for (size_t q = pos + 1; q < p; q++) {
+      const st_class_item* d = &it[q];
+      if (d->cls != PLAN_CLASS_DYNAMIC || d->end == ST_NEVER || d->end > 2 * (uint64_t)p) continue;
+      if (d->begin >= e) break;
+      e = ST_MAX(e, d->end);
+      last = q;
+    }
+    /* the most live bytes of the window's requests, over the recorded iterations */
+    uint64_t need = 0;
+    for (size_t k = 0; k < iters; k++) {
+      size_t base = S + k * p, m = 0;
+      for (size_t q = pos; q <= last; q++) {
+        const st_class_item* d = &it[q];
+        if (d->cls != PLAN_CLASS_DYNAMIC || d->end == ST_NEVER || d->end > 2 * (uint64_t)p) continue;
+        uint64_t sz = st_align_up(sizes[base + q], alignment);
+        uint64_t f = free_pos[base + q] == ST_NEVER ? base + e : free_pos[base + q];
+        evs[m++] = (ev){base + q, (int64_t)sz};
+        evs[m++] = (ev){f, -(int64_t)sz};
+      }
+      qsort(evs, m, sizeof *evs, by_time);
+      int64_t live = 0;
+      for (size_t j = 0; j < m; j++) {
+        live += evs[j].d;
+        if (live > 0 && (uint64_t)live > need) need = (uint64_t)live;
+      }
+    }
+    double want = ceil((double)need * headroom);
+    if (need && want < 9.0e18) {
+      /* a window reaching past its own start in the next iteration holds the arena throughout */
+      out[wn++] = (st_class_item){st_align_up((uint64_t)want, alignment), b, ST_MIN(e, b + p),
+                                  PLAN_CLASS_PERIODIC};
+    }
+    pos = last + 1; /* the next dynamic position starts at or after e: a new window */
+  }
+  free(evs);
+  *count = wn;
+  return STALLOC_OK;
 }

@@ -16,8 +16,9 @@
  * in the treap as "pending" until its event is done; only its own stream may reuse it before.
  *
  * Dynamic requests (a dynamic entry, or a miss inside a reuse window) go best-fit into the
- * window's reusable ranges minus the nodes live there now; what does not fit goes back to the
- * caller for the fallback pool. */
+ * window's reusable ranges minus the nodes live there now (the planner reserves an arena in
+ * them for the window's dynamic bytes); what does not fit goes back to the caller for the
+ * fallback pool. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,7 +206,7 @@ typedef struct gap_search {
 
 static void consider_gap(gap_search* g, uint64_t lo, uint64_t hi) {
   uint64_t s = st_align_up(lo, g->align);
-  if (!s || s >= hi || hi - s < g->need) return;
+  if (s < lo || s >= hi || hi - s < g->need) return; /* s < lo: the rounding wrapped */
   uint64_t waste = (hi - lo) - g->need;
   if (waste < g->best_waste) {
     g->best_waste = waste;
@@ -415,7 +416,7 @@ static stalloc_status_t check_plan(const stalloc_plan* p, uint64_t alignment) {
     const st_reuse_window* win = &p->windows[w];
     /* end may pass the iteration's count: the window runs into the next iteration. */
     if (win->begin > win->end || win->begin > p->iteration_count ||
-        win->end - win->begin > p->iteration_count ||
+        win->end > 2 * (uint64_t)p->iteration_count ||
         win->first_range > p->range_count || win->range_count > p->range_count - win->first_range)
       return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: reuse window %zu is out of bounds", w);
   }

@@ -56,7 +56,10 @@ static void check_on_trace(const stalloc_plan_t* plan, const stalloc_trace_t* t)
   for (size_t i = 0; i < n; i++) {
     const stalloc_plan_entry_t* e = entry_for(pro, np, it, ni, i);
     if (!e || e->offset == UINT64_MAX) continue;
-    CHECK(e->size == r[i].size);            /* matched by position and size */
+    if (e->cls == STALLOC_CLASS_DYNAMIC)
+      CHECK(r[i].size <= e->size);          /* a slot: every size seen fits its capacity */
+    else
+      CHECK(e->size == r[i].size);          /* matched by position and size */
     CHECK(e->offset % info.alignment == 0);
     CHECK(e->offset + e->size <= info.pool_size);
     v[m++] = (live){r[i].alloc_event, r[i].free_event, e->offset, e->size};
@@ -140,14 +143,20 @@ static void check_reuse(const stalloc_plan_t* plan, const stalloc_trace_t* t) {
   CHECK(dyn > 0);
 }
 
-static stalloc_plan_t* plan_of(const stalloc_trace_t* t, int markers_used) {
+static stalloc_plan_t* plan_headroom(const stalloc_trace_t* t, int markers_used, double headroom) {
   stalloc_plan_params_t p;
   stalloc_plan_params_init(&p);
+  CHECK(p.dynamic_headroom == 1.0);
+  p.dynamic_headroom = headroom;
   p.time_limit = 0.2;
   p.use_step_markers = markers_used;
   stalloc_plan_t* plan;
   CHECK_OK(stalloc_plan_create(t, &p, &plan));
   return plan;
+}
+
+static stalloc_plan_t* plan_of(const stalloc_trace_t* t, int markers_used) {
+  return plan_headroom(t, markers_used, 1.0);
 }
 
 static void info_of(const stalloc_plan_t* plan, stalloc_plan_info_t* info) {
@@ -209,21 +218,62 @@ static void test_dense_without_markers(void) {
   stalloc_trace_destroy(t);
 }
 
+/* The arenas, judged from the trace alone: for every window, the most live bytes (aligned) of
+ * its dynamic requests in any steady iteration fit in one of the window's reuse ranges. */
+static void check_arenas(const stalloc_plan_t* plan, const stalloc_trace_t* t) {
+  const stalloc_request_t* r;
+  size_t n, np, ni, wn, rn;
+  const stalloc_plan_entry_t *pro, *it;
+  const stalloc_reuse_window_t* w;
+  const stalloc_reuse_range_t* g;
+  CHECK_OK(stalloc_trace_requests(t, &r, &n));
+  CHECK_OK(stalloc_plan_entries(plan, 0, &pro, &np));
+  CHECK_OK(stalloc_plan_entries(plan, 1, &it, &ni));
+  CHECK_OK(stalloc_plan_reuse(plan, &w, &wn, &g, &rn));
+  for (size_t k = 0; k < wn; k++) {
+    uint64_t largest = 0, need = 0;
+    for (uint32_t j = 0; j < w[k].range_count; j++)
+      if (g[w[k].first_range + j].size > largest) largest = g[w[k].first_range + j].size;
+    /* live bytes at each alloc of the window's dynamic requests, by brute force */
+    for (size_t i = np; i < n; i++) {
+      if (it[(i - np) % ni].cls != STALLOC_CLASS_DYNAMIC || it[(i - np) % ni].window != k) continue;
+      uint64_t live = 0;
+      for (size_t j = np; j <= i; j++) {
+        const stalloc_plan_entry_t* e = &it[(j - np) % ni];
+        if (e->cls != STALLOC_CLASS_DYNAMIC || e->window != k) continue;
+        if (r[j].free_event == UINT64_MAX || r[j].free_event > r[i].alloc_event)
+          live += (r[j].size + 511) / 512 * 512;
+      }
+      if (live > need) need = live;
+    }
+    CHECK(need > 0 && largest >= need);
+  }
+}
+
 static void test_moe(void) {
   for (int markers = 1; markers >= 0; markers--) {
     stalloc_trace_t* t = make_training_trace(markers, 1, 5);
-    stalloc_plan_t* plan = plan_of(t, 1);
-    stalloc_plan_info_t info;
+    stalloc_plan_t* none = plan_headroom(t, 1, 0);
+    stalloc_plan_t* plan = plan_headroom(t, 1, 1.0);
+    stalloc_plan_info_t info, without;
     info_of(plan, &info);
+    info_of(none, &without);
     CHECK(info.iteration_count == 6 * 4 + 1 + 6 + 1);
     CHECK(info.steps_found >= 4);
     CHECK(info.dynamic == 6); /* the expert inputs, whose sizes follow the "routing" */
     CHECK(info.window_count >= 1 && info.reusable_bytes > 0);
-    check_on_trace(plan, t);
-    check_unrolled(plan, t, 3);
-    check_reuse(plan, t);
-    CHECK_OK(stalloc_plan_check(plan, t)); /* dynamic positions are masked */
+    CHECK(without.window_count == info.window_count && without.reusable_bytes > 0);
+    CHECK(info.pool_size >= without.pool_size); /* the arenas take room */
+    check_arenas(plan, t);
+    for (int k = 0; k < 2; k++) {
+      stalloc_plan_t* q = k ? plan : none;
+      check_on_trace(q, t);
+      check_unrolled(q, t, 3);
+      check_reuse(q, t);
+      CHECK_OK(stalloc_plan_check(q, t)); /* dynamic positions are masked */
+    }
     stalloc_plan_destroy(plan);
+    stalloc_plan_destroy(none);
     stalloc_trace_destroy(t);
   }
 }
@@ -270,6 +320,13 @@ static void test_mismatch_and_bad_input(void) {
   stalloc_plan_params_init(&p);
   p.time_limit = -1;
   CHECK_STATUS(stalloc_plan_create(t, &p, &bad), STALLOC_ERR_INVALID_ARGUMENT);
+  p.time_limit = 0;
+  p.dynamic_headroom = 0.5; /* an arena smaller than what was seen */
+  CHECK_STATUS(stalloc_plan_create(t, &p, &bad), STALLOC_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(stalloc_last_error(), "dynamic_headroom") != NULL);
+  p.dynamic_headroom = 1.0 / 0.0;
+  CHECK_STATUS(stalloc_plan_create(t, &p, &bad), STALLOC_ERR_INVALID_ARGUMENT);
+  stalloc_plan_params_init(&p);
   p.time_limit = 0;
   p.struct_size = 0;
   CHECK_STATUS(stalloc_plan_create(t, &p, &bad), STALLOC_ERR_INVALID_ARGUMENT);

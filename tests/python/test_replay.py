@@ -160,3 +160,26 @@ def test_cli_replay(traces_dir, tmp_path, capsys):
     assert main(["replay", str(trace), "--plan", str(plan_path), "--backend", "host", "--check"]) == 0
     text = capsys.readouterr().out
     assert "fragmentation ratio" in text and "hits" in text
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_moe_arenas_take_the_dynamic_requests(traces_dir, name):
+    # The plan reserves an arena per reuse window (dynamic_headroom, docs/planner.md): more of
+    # the routing-dependent requests land in the pool instead of the fallback pool, with every
+    # block's data intact (host backend, pattern check) and no overlap.
+    trace = load(traces_dir, name)
+    head = first_steps(trace, 4)
+    with_arenas = stalloc.plan(head, time_limit=0.5)
+    without = stalloc.plan(head, time_limit=0.5, dynamic_headroom=0)
+    assert with_arenas.pool_size > without.pool_size
+    a = stalloc.replay(trace, with_arenas, backend="host", check=True)
+    b = stalloc.replay(trace, without, backend="host", check=True)
+    assert a["checked_events"] == a["requests"]
+    assert a["fallbacks"] < b["fallbacks"] and a["dynamic"] > b["dynamic"], (a, b)
+
+
+def test_dynamic_headroom_is_checked(traces_dir):
+    trace = load(traces_dir, "mixtral_plain")
+    for bad in (0.5, -1.0, float("nan"), float("inf")):
+        with pytest.raises(stalloc.errors.InvalidArgumentError, match="dynamic_headroom"):
+            stalloc.plan(trace, time_limit=0, dynamic_headroom=bad)

@@ -340,10 +340,9 @@ typedef struct stalloc_plan_params {
   int32_t reuse_space;      /* 1 (default): compute the reusable space for dynamic requests */
   uint64_t alignment;       /* every offset is a multiple of this; power of two; default 512 */
   uint64_t tiny_threshold;  /* requests of at most this many bytes are tiny; default 512 */
-  double dynamic_headroom;  /* >= 1 (default 1.25): a dynamic position freed before its next copy
-                               gets a slot of its largest size seen * this, placed offline; the
-                               runtime serves a request there when it fits (larger ones go to
-                               the reusable space or the fallback pool). 0: no slots */
+  double dynamic_headroom;  /* >= 1 (default 1): each reuse window gets an arena in the pool of
+                               the most live bytes its dynamic requests reached in a recorded
+                               iteration * this; the runtime places them there. 0: no arenas */
 } stalloc_plan_params_t;
 
 /* One planned position (prologue or iteration), as the plan file stores it. */
