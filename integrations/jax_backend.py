@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from .._lib import ffi, lib
-from ..allocator import Allocator, Stats
+from ..allocator import Allocator, Stats, make_options
 from ..errors import check
 
 DL_CPU, DL_CUDA = 1, 2
@@ -83,18 +83,7 @@ class JaxAllocator:
         self._lock = threading.Lock()
         self._exporter = None
         if allocator is None:
-            opts = ffi.new("stalloc_options_t*")
-            lib.stalloc_options_init(opts)
-            if backend is not None:
-                kind = ffi.new("stalloc_backend_kind_t*")
-                check(lib.stalloc_backend_parse(backend.encode(), kind))
-                opts.backend = kind[0]
-            if device is not None:
-                opts.device = device
-            if alignment is not None:
-                opts.alignment = alignment
-            if memory_limit is not None:
-                opts.memory_limit = memory_limit
+            opts = make_options(backend, device, alignment, memory_limit)
             out = ffi.new("stalloc_allocator_t**")
             check(lib.stalloc_allocator_create(opts, out))
             handle, owns, self._user = out[0], 1, None

@@ -54,6 +54,22 @@ def _backend_kind(name: str) -> int:
     return kind[0]
 
 
+def make_options(backend: str | None = None, device: int | None = None,
+                 alignment: int | None = None, memory_limit: int | None = None,
+                 virtual_capacity: int | None = None):
+    """A ``stalloc_options_t*`` with the library defaults, overridden by every argument that
+    is not None."""
+    opts = ffi.new("stalloc_options_t*")
+    lib.stalloc_options_init(opts)
+    if backend is not None:
+        opts.backend = _backend_kind(backend)
+    for name, value in (("device", device), ("alignment", alignment),
+                        ("memory_limit", memory_limit), ("virtual_capacity", virtual_capacity)):
+        if value is not None:
+            setattr(opts, name, value)
+    return opts
+
+
 class Allocator:
     """A libstalloc allocator. Every argument left as None keeps the library default (which
     ``STALLOC_<NAME>`` environment variables may override; see docs/options.md).
@@ -66,18 +82,7 @@ class Allocator:
     def __init__(self, backend: str | None = None, device: int | None = None,
                  alignment: int | None = None, memory_limit: int | None = None,
                  virtual_capacity: int | None = None, record_path=None):
-        opts = ffi.new("stalloc_options_t*")
-        lib.stalloc_options_init(opts)
-        if backend is not None:
-            opts.backend = _backend_kind(backend)
-        if device is not None:
-            opts.device = device
-        if alignment is not None:
-            opts.alignment = alignment
-        if memory_limit is not None:
-            opts.memory_limit = memory_limit
-        if virtual_capacity is not None:
-            opts.virtual_capacity = virtual_capacity
+        opts = make_options(backend, device, alignment, memory_limit, virtual_capacity)
         keep = None
         if record_path is not None:
             keep = ffi.new("char[]", os.fsencode(os.fspath(record_path)))
