@@ -30,6 +30,14 @@
 
 #define CHECK_OK(call) CHECK_STATUS(call, STALLOC_OK)
 
+/* An allocator's statistics, failing the test if they cannot be read. */
+static inline stalloc_stats_t stats_of(stalloc_allocator_t* a) {
+  stalloc_stats_t s;
+  stalloc_stats_init(&s);
+  CHECK_OK(stalloc_allocator_stats(a, &s));
+  return s;
+}
+
 #define RUN(test)                          \
   do {                                     \
     fprintf(stderr, "- %s\n", #test);      \

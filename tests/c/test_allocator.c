@@ -17,13 +17,6 @@ static stalloc_allocator_t* make(stalloc_backend_kind_t backend, uint64_t alignm
   return a;
 }
 
-static stalloc_stats_t stats_of(stalloc_allocator_t* a) {
-  stalloc_stats_t s;
-  stalloc_stats_init(&s);
-  CHECK_OK(stalloc_allocator_stats(a, &s));
-  return s;
-}
-
 static void test_alignment_and_data(void) {
   const uint64_t aligns[] = {512, 64, 4096, 1 << 16};
   for (size_t k = 0; k < 4; k++) {

@@ -129,13 +129,6 @@ static stalloc_allocator_t* make(int32_t device, uint64_t alignment, uint64_t li
   return a;
 }
 
-static stalloc_stats_t stats_of(stalloc_allocator_t* a) {
-  stalloc_stats_t s;
-  stalloc_stats_init(&s);
-  CHECK_OK(stalloc_allocator_stats(a, &s));
-  return s;
-}
-
 static bool contains(const char* text, const char* part) {
   if (!strstr(text, part)) {
     fprintf(stderr, "message \"%s\" lacks \"%s\"\n", text, part);

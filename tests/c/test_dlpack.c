@@ -13,13 +13,6 @@ static stalloc_allocator_t* make_host(void) {
   return a;
 }
 
-static stalloc_stats_t stats_of(stalloc_allocator_t* a) {
-  stalloc_stats_t s;
-  stalloc_stats_init(&s);
-  CHECK_OK(stalloc_allocator_stats(a, &s));
-  return s;
-}
-
 static void test_fields_and_deleter(void) {
   stalloc_allocator_t* a = make_host();
   stalloc_dlpack_exporter_t* e;
