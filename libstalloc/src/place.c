@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <pthread.h>
+
 #include "place_search.h"
 
 /* Partitions up to this many items get every greedy ordering (quadratic each). */
@@ -54,6 +56,8 @@ typedef struct placer {
   double deadline;
   const volatile int* cancel;
   st_place_result* res;
+  int heuristics;     /* the search cycles through the first this many preorderings */
+  volatile int* stop; /* set when one thread of the portfolio has proven its peak optimal */
 } placer;
 
 static int cmp_u64(const void* a, const void* b) {
@@ -431,16 +435,16 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
     q->exhausted = true;
     return STALLOC_OK;
   }
-  int h = (int)(q->attempt / 2 % ST_SEARCH_HEURISTICS);
+  int h = (int)(q->attempt / 2 % (uint32_t)p->heuristics);
   bool mid = q->attempt % 2 == 1;
   /* improving attempts aim half the gap below the best, then closer after each failure */
   uint64_t gap = q->peak - 1 - lo;
   uint64_t target = mid ? q->peak - 1 - (q->step_shift < 64 ? gap >> q->step_shift : 0) : lo;
-  if (++q->attempt % (2 * ST_SEARCH_HEURISTICS) == 0) q->node_limit *= 2;
+  if (++q->attempt % (2 * (uint32_t)p->heuristics) == 0) q->node_limit *= 2;
   size_t m = q->e - q->b;
   p->res->orderings_tried++;
   st_search_outcome r = st_search_run(q->search, target, h, q->node_limit, p->deadline,
-                                      p->cancel, q->sol, &p->res->backtracks);
+                                      p->cancel, p->stop, q->sol, &p->res->backtracks);
   switch (r) {
     case ST_SEARCH_FOUND: {
       uint64_t pk = 0;
@@ -470,12 +474,14 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
 static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal, bool* optimal) {
   *optimal = false;
   for (;;) {
-    if ((p->cancel && *p->cancel) || st_place_now() >= p->deadline) return STALLOC_OK;
+    if ((p->cancel && *p->cancel) || (p->stop && *p->stop) || st_place_now() >= p->deadline)
+      return STALLOC_OK;
     part* worst = NULL;
     for (size_t k = 0; k < np; k++)
       if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
     if (!worst || worst->peak <= ST_MAX(goal, worst->proven)) {
       *optimal = true;
+      if (p->stop) *p->stop = 1; /* the other thread cannot do better */
       return STALLOC_OK;
     }
     if (worst->has_fixed || worst->e - worst->b > SEARCH_MAX || worst->exhausted)
@@ -484,6 +490,79 @@ static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal
     stalloc_status_t st = search_step(p, worst, goal, &stop);
     if (st || stop) return st;
   }
+}
+
+/* The search's progress is erratic: which preordering finds the next improvement varies from
+ * instance to instance. A second thread runs the same loop with only MiniMalloc's three
+ * preorderings, and each partition keeps the better of the two placements. */
+typedef struct portfolio_arg {
+  placer p;
+  st_place_result res;
+  part* parts;
+  size_t np;
+  uint64_t goal;
+  bool optimal;
+  stalloc_status_t st;
+} portfolio_arg;
+
+static void* portfolio_main(void* a) {
+  portfolio_arg* w = a;
+  w->st = improve(&w->p, w->parts, w->np, w->goal, &w->optimal);
+  return NULL;
+}
+
+static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uint64_t goal,
+                                          bool* optimal) {
+  /* Worth a thread only if the partition that sets the peak can be searched. */
+  part* worst = NULL;
+  for (size_t k = 0; k < np; k++)
+    if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
+  bool searchable = worst && !worst->has_fixed && worst->e - worst->b <= SEARCH_MAX &&
+                    worst->peak > goal;
+  portfolio_arg* w = searchable ? calloc(1, sizeof *w) : NULL;
+  volatile int stop = 0;
+  if (w) {
+    p->stop = &stop;
+    w->p = *p;
+    w->p.heuristics = 3;
+    w->p.res = &w->res;
+    w->p.off = malloc((p->n ? p->n : 1) * sizeof(uint64_t));
+    w->parts = malloc((np ? np : 1) * sizeof(part));
+    w->np = np;
+    w->goal = goal;
+    if (w->p.off && w->parts) {
+      memcpy(w->p.off, p->off, p->n * sizeof(uint64_t));
+      memcpy(w->parts, parts, np * sizeof(part));
+    }
+  }
+  pthread_t tid;
+  bool threaded = w && w->p.off && w->parts && pthread_create(&tid, NULL, portfolio_main, w) == 0;
+  stalloc_status_t st = improve(p, parts, np, goal, optimal);
+  if (threaded) {
+    pthread_join(tid, NULL);
+    if (!st && !w->st) {
+      for (size_t k = 0; k < np; k++) {
+        part *a = &parts[k], *b = &w->parts[k];
+        if (b->peak < a->peak) {
+          a->peak = b->peak;
+          memcpy(p->off + a->b, w->p.off + a->b, (a->e - a->b) * sizeof(uint64_t));
+        }
+        a->proven = ST_MAX(a->proven, b->proven);
+      }
+      *optimal = *optimal || w->optimal;
+    }
+    if (!st) st = w->st;
+    p->res->orderings_tried += w->res.orderings_tried;
+    p->res->backtracks += w->res.backtracks;
+    for (size_t k = 0; k < np; k++) part_free(&w->parts[k]);
+  }
+  p->stop = NULL;
+  if (w) {
+    free(w->p.off);
+    free(w->parts);
+    free(w);
+  }
+  return st;
 }
 
 stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_params* params,
@@ -520,6 +599,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   placer P = {0};
   placer* p = &P;
   p->align = align;
+  p->heuristics = ST_SEARCH_HEURISTICS;
   p->cancel = params ? params->cancel : NULL;
   p->res = res;
   stalloc_status_t st = STALLOC_OK;
@@ -636,7 +716,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   uint64_t goal = ST_MAX(lb, fixed_top);
   p->deadline = t0 + limit;
   if (limit > 0.0) {
-    st = improve(p, parts, nparts, goal, &optimal);
+    st = improve_portfolio(p, parts, nparts, goal, &optimal);
     if (st) goto done;
   }
 
