@@ -57,7 +57,7 @@ typedef struct placer {
   const volatile int* cancel;
   st_place_result* res;
   int heuristics;     /* the search cycles through the first this many preorderings */
-  volatile int* stop; /* set when one thread of the portfolio has proven its peak optimal */
+  atomic_int* stop;   /* set when one thread of the portfolio has proven its peak optimal */
 } placer;
 
 static int cmp_u64(const void* a, const void* b) {
@@ -474,14 +474,15 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
 static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal, bool* optimal) {
   *optimal = false;
   for (;;) {
-    if ((p->cancel && *p->cancel) || (p->stop && *p->stop) || st_place_now() >= p->deadline)
+    bool other_done = p->stop && atomic_load_explicit(p->stop, memory_order_relaxed);
+    if ((p->cancel && *p->cancel) || other_done || st_place_now() >= p->deadline)
       return STALLOC_OK;
     part* worst = NULL;
     for (size_t k = 0; k < np; k++)
       if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
     if (!worst || worst->peak <= ST_MAX(goal, worst->proven)) {
       *optimal = true;
-      if (p->stop) *p->stop = 1; /* the other thread cannot do better */
+      if (p->stop) atomic_store(p->stop, 1); /* the other thread cannot do better */
       return STALLOC_OK;
     }
     if (worst->has_fixed || worst->e - worst->b > SEARCH_MAX || worst->exhausted)
@@ -520,7 +521,7 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
   bool searchable = worst && !worst->has_fixed && worst->e - worst->b <= SEARCH_MAX &&
                     worst->peak > goal;
   portfolio_arg* w = searchable ? calloc(1, sizeof *w) : NULL;
-  volatile int stop = 0;
+  atomic_int stop = 0;
   if (w) {
     p->stop = &stop;
     w->p = *p;
@@ -714,7 +715,8 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   /* Improve the partition that sets the peak until the time limit. */
   bool optimal = false;
   uint64_t goal = ST_MAX(lb, fixed_top);
-  p->deadline = t0 + limit;
+  /* a small margin so that the whole call, joins and copies included, ends within limit */
+  p->deadline = t0 + limit - ST_MIN(0.05, limit / 20);
   if (limit > 0.0) {
     st = improve_portfolio(p, parts, nparts, goal, &optimal);
     if (st) goto done;

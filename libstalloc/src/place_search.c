@@ -59,7 +59,7 @@ struct st_search {
   uint64_t cap, node_limit, nodes, backtracks;
   double deadline;
   const volatile int* cancel;
-  const volatile int* stop;
+  const atomic_int* stop;
   uint64_t* out;
   bool nomem;
 };
@@ -410,7 +410,7 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
   if (s->nodes >= s->node_limit) return ST_SEARCH_ABORTED;
   s->nodes++;
   if ((s->nodes & 255) == 0 &&
-      ((s->cancel && *s->cancel) || (s->stop && *s->stop) || st_place_now() > s->deadline))
+      ((s->cancel && *s->cancel) || (s->stop && atomic_load_explicit(s->stop, memory_order_relaxed)) || st_place_now() > s->deadline))
     return ST_SEARCH_STOPPED;
 
   /* This node's ordering: the parent's minus placed items, re-sorted by current minimum
@@ -475,7 +475,7 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
 
 st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
                                 uint64_t node_limit, double deadline,
-                                const volatile int* cancel, const volatile int* stop,
+                                const volatile int* cancel, const atomic_int* stop,
                                 uint64_t* offsets, uint64_t* backtracks) {
   s->cap = capacity;
   s->node_limit = node_limit;

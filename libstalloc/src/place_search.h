@@ -9,6 +9,8 @@
 #ifndef STALLOC_PLACE_SEARCH_H
 #define STALLOC_PLACE_SEARCH_H
 
+#include <stdatomic.h>
+
 #include "internal.h"
 
 typedef struct st_search st_search;
@@ -39,7 +41,7 @@ void st_search_destroy(st_search* s);
  * non-zero *cancel or *stop (either may be NULL) ends it with ST_SEARCH_STOPPED. */
 st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
                                 uint64_t node_limit, double deadline,
-                                const volatile int* cancel, const volatile int* stop,
+                                const volatile int* cancel, const atomic_int* stop,
                                 uint64_t* offsets, uint64_t* backtracks);
 
 /* place.c: seconds on CLOCK_MONOTONIC. */

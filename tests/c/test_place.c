@@ -1,7 +1,9 @@
 /* test_place.c - the placement solver (place.c, place_search.c) judged by the naive
  * validator in overlap_check.h, on random instances and edge cases, plus its errors. */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "overlap_check.h"
@@ -183,6 +185,37 @@ static void test_bad_input(void) {
   CHECK_STATUS(st_place(ok, 1, &cancelled, off, NULL), STALLOC_ERR_CANCELLED);
 }
 
+static void* cancel_later(void* arg) {
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  *(volatile int*)arg = 1;
+  return NULL;
+}
+
+/* Cancelling from another thread ends a long search early with a valid placement. */
+static void test_cancel_during_search(void) {
+  size_t n = 300;
+  st_place_item* it = malloc(n * sizeof *it);
+  uint64_t* off = malloc(n * sizeof *off);
+  oc_item* oc = malloc(n * sizeof *oc);
+  CHECK(it && off && oc);
+  random_instance(it, n, 400, 1000, 0);
+  for (size_t i = 0; i < n; i++) oc[i] = (oc_item){it[i].lower, it[i].upper, it[i].size, UINT64_MAX};
+  volatile int stop = 0;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, cancel_later, (void*)&stop) == 0);
+  st_place_params pp = {1, 60.0, &stop};
+  st_place_result r;
+  CHECK_OK(st_place(it, n, &pp, off, &r));
+  pthread_join(t, NULL);
+  CHECK(r.seconds < 10.0);
+  char msg[200];
+  CHECK(oc_check(oc, n, off, 1, msg, sizeof msg) == 0);
+  free(it);
+  free(off);
+  free(oc);
+}
+
 /* The public wrapper: defaults, struct_size checks, same answers as st_place. */
 static void test_public_api(void) {
   stalloc_place_params_t pp;
@@ -206,6 +239,7 @@ int main(void) {
   RUN(test_edge_cases);
   RUN(test_bad_input);
   RUN(test_public_api);
+  RUN(test_cancel_during_search);
   RUN(test_identical_lifetimes);
   RUN(test_search_reaches_bound);
   RUN(test_random_small);
