@@ -20,6 +20,9 @@
 
 /* Partitions up to this many items get every greedy ordering (quadratic each). */
 #define GREEDY_MAX 4096
+/* Larger partitions up to this many items also get greedy orderings when a time limit is
+ * given, as many as fit before the deadline (each is quadratic). */
+#define GREEDY_BIG 32768
 /* Partitions up to this many items (and without fixed items) get the exact search. */
 #define SEARCH_MAX 2000
 
@@ -346,6 +349,25 @@ static stalloc_status_t construct(placer* p, part* q) {
     if (st) return st;
     memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
     p->res->orderings_tried++;
+    if (m > GREEDY_BIG || !(p->deadline > 0)) return STALLOC_OK;
+    /* Time allows: greedy orderings too (not by section total: too costly to key here),
+     * each only if the last one's duration still fits before the deadline. */
+    double last = 0;
+    for (int how = 0; how < ORD_COUNT; how++) {
+      if (how == ORD_TOTAL) continue;
+      if (!make_order(p, q->b, q->e, how, NULL)) goto nomem;
+      for (int bf = 0; bf < 2; bf++) {
+        double t = st_place_now();
+        if (t + last >= p->deadline || (p->cancel && *p->cancel)) return STALLOC_OK;
+        uint64_t pk = greedy(p, m, bf);
+        last = st_place_now() - t;
+        p->res->orderings_tried++;
+        if (pk < q->peak) {
+          q->peak = pk;
+          memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
+        }
+      }
+    }
     return STALLOC_OK;
   }
   uint64_t* item_max = malloc(m * sizeof(uint64_t));
@@ -676,8 +698,8 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   /* The lower bound and the partitions. */
   p->off = malloc((na ? na : 1) * sizeof(uint64_t));
   p->tmp = malloc((na ? na : 1) * sizeof(uint64_t));
-  p->order = malloc((ST_MIN(na, GREEDY_MAX) + 1) * sizeof(uint32_t));
-  p->plist = malloc((ST_MIN(na, GREEDY_MAX) + 1) * sizeof(uint32_t));
+  p->order = malloc((ST_MIN(na, GREEDY_BIG) + 1) * sizeof(uint32_t));
+  p->plist = malloc((ST_MIN(na, GREEDY_BIG) + 1) * sizeof(uint32_t));
   parts = calloc(na ? na : 1, sizeof(part));
   if (!p->off || !p->tmp || !p->order || !p->plist || !parts) goto nomem;
   {
@@ -698,6 +720,8 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
       if (p->it[i].fixed != PLACE_FREE) parts[q].has_fixed = true;
   }
 
+  /* a small margin so that the whole call, joins and copies included, ends within limit */
+  p->deadline = limit > 0.0 ? t0 + limit - ST_MIN(0.05, limit / 20) : 0.0;
   uint64_t lb = 0, fixed_top = 0;
   for (size_t q = 0; q < nparts; q++) {
     if (p->cancel && *p->cancel) {
@@ -715,8 +739,6 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   /* Improve the partition that sets the peak until the time limit. */
   bool optimal = false;
   uint64_t goal = ST_MAX(lb, fixed_top);
-  /* a small margin so that the whole call, joins and copies included, ends within limit */
-  p->deadline = t0 + limit - ST_MIN(0.05, limit / 20);
   if (limit > 0.0) {
     st = improve_portfolio(p, parts, nparts, goal, &optimal);
     if (st) goto done;
