@@ -253,6 +253,7 @@ typedef struct pipeline {
   size_t* entry_of;    /* item -> entry index (prologue first, then iteration) */
   size_t item_count;
   size_t arenas;       /* class items pl->it[P ..], one per reuse window: no entry */
+  uint64_t* arena_off; /* their offsets */
 } pipeline;
 
 static void pipeline_free(pipeline* pl) {
@@ -263,6 +264,7 @@ static void pipeline_free(pipeline* pl) {
   free(pl->items);
   free(pl->offsets);
   free(pl->entry_of);
+  free(pl->arena_off);
 }
 
 /* Builds the placement items; crossing periodic requests get one whole-iteration item. */
@@ -374,8 +376,9 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   pl->items = malloc((S + 2 * P + 1) * sizeof *pl->items);
   pl->offsets = malloc((S + 2 * P + 1) * sizeof *pl->offsets);
   pl->entry_of = malloc((S + 2 * P + 1) * sizeof *pl->entry_of);
+  pl->arena_off = malloc((P + 1) * sizeof *pl->arena_off);
   if (!pl->pro || !pl->it || !plan->prologue || !plan->iteration || !pl->items || !pl->offsets ||
-      !pl->entry_of)
+      !pl->entry_of || !pl->arena_off)
     goto oom;
   st_classify(pl->sizes, pl->free_pos, n, &pl->per, true, tiny, pl->pro, pl->it);
   stalloc_status_t s;
@@ -414,6 +417,7 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   for (size_t j = 0; j < pl->item_count; j++) {
     size_t i = pl->entry_of[j];
     if (i >= S + P) { /* an arena: in the pool, no entry */
+      pl->arena_off[i - S - P] = pl->offsets[j];
       top = ST_MAX(top, pl->offsets[j] + st_align_up(pl->items[j].size, prm->alignment));
       continue;
     }
@@ -439,7 +443,9 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   free(planned);
 
   plan->fingerprint = st_plan_fingerprint(plan);
-  if (prm->reuse_space && P && (s = st_reuse_compute(plan, pl->pro, pl->it))) return s;
+  if (prm->reuse_space && P &&
+      (s = st_reuse_compute(plan, pl->pro, pl->it, pl->it + P, pl->arena_off, pl->arenas)))
+    return s;
   return st_plan_validate(plan, "planner");
 oom:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory for %zu requests", n);

@@ -43,10 +43,14 @@ void st_classify(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
                  const st_period* period, bool classify_tiny, uint64_t tiny_threshold,
                  st_class_item* prologue, st_class_item* iteration);
 
+/* reuse.c: the reuse windows of the iteration's dynamic positions (out has room for p). */
+size_t st_reuse_windows(const st_class_item* iteration, size_t p, st_reuse_window* out);
 /* reuse.c: Dynamic Reusable Space. Fills plan->windows / plan->ranges (allocated here) from
- * the plan's entries and the iteration's lifetimes. */
+ * the plan's entries, the iteration's lifetimes and the arenas (arena k belongs to window k;
+ * none when arena_count is 0) at their offsets. */
 stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prologue,
-                                  const st_class_item* iteration);
+                                  const st_class_item* iteration, const st_class_item* arenas,
+                                  const uint64_t* arena_offsets, size_t arena_count);
 
 /* reuse.c: one arena per reuse window (the same windows st_reuse_compute finds): a class item
  * over the window's positions, sized for the most live bytes (aligned) its dynamic requests

@@ -2,12 +2,19 @@
  * live, the address ranges of the pool that no planned request occupies at any moment of the
  * window. Online, dynamic requests are placed best-fit into these ranges.
  *
- * Windows are the unions of overlapping dynamic lifetimes (alloc positions of the iteration,
- * half-open; `end` may pass iteration_count when a dynamic request is freed in the next
- * iteration, up to 2 * iteration_count). A planned request occupies its range in a window if
- * any of its copies (previous, this or next iteration) overlaps the window; persistent requests
- * occupy theirs always. Dynamic positions with a slot (classify.c) occupy their capacity like a
- * periodic request and still name a window: a request larger than its slot goes there. Occupied ranges use aligned sizes, as the placement does. */
+ * Windows group dynamic positions in alloc order: a position joins the current window while its
+ * lifetime overlaps the window's and the window stays within one iteration's length (it would
+ * meet its own next copy). Positions are alloc positions of the iteration, half-open;
+ * `end` may pass iteration_count when a dynamic request is freed in the next iteration. A
+ * planned request occupies its range in a window if any of its copies (previous, this or next
+ * iteration) overlaps the window; persistent requests occupy theirs always; so do the arenas of
+ * the other windows. Occupied ranges use aligned sizes, as the placement does.
+ *
+ * Arenas: before the placement, each window gets an item of the most live bytes its requests
+ * reached in a recorded iteration, times a headroom; placed like a periodic request, it is then
+ * free during its window, so it shows up in the window's ranges. One arena for all of a window's
+ * requests rather than a slot per position: one layer's experts share their tokens, so their
+ * sum is about the same whatever the routing, while each expert's size is not. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +41,29 @@ static bool grow(void** p, size_t* cap, size_t need, size_t elem) {
   return true;
 }
 
+/* A dynamic position the reusable space can serve: freed, within an iteration of its alloc. */
+static bool servable(const st_class_item* c, size_t p) {
+  return c->cls == PLAN_CLASS_DYNAMIC && c->end != ST_NEVER && c->end - c->begin <= (uint64_t)p;
+}
+
+size_t st_reuse_windows(const st_class_item* it, size_t p, st_reuse_window* out) {
+  size_t wn = 0;
+  for (size_t pos = 0; pos < p; pos++) {
+    const st_class_item* c = &it[pos];
+    if (!servable(c, p)) continue;
+    st_reuse_window* w = wn ? &out[wn - 1] : NULL;
+    if (w && c->begin < w->end && ST_MAX(c->end, (uint64_t)w->end) - w->begin <= (uint64_t)p) {
+      if (c->end > w->end) w->end = (uint32_t)c->end;
+    } else {
+      out[wn++] = (st_reuse_window){(uint32_t)c->begin, (uint32_t)c->end, 0, 0};
+    }
+  }
+  return wn;
+}
+
 stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prologue,
-                                  const st_class_item* iteration) {
+                                  const st_class_item* iteration, const st_class_item* arenas,
+                                  const uint64_t* arena_offsets, size_t arena_count) {
   size_t p = plan->iteration_count;
   uint64_t a = plan->alignment;
   st_reuse_window* windows = NULL;
@@ -43,23 +71,13 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
   span* occ = NULL;
   size_t wcap = 0, rcap = 0, ocap = 0, wn = 0, rn = 0;
 
-  /* 1. windows: merge the lifetimes of dynamic positions that can be served from reuse space */
-  for (size_t pos = 0; pos < p; pos++) {
-    st_plan_entry* e = &plan->iteration[pos];
-    if (e->cls != PLAN_CLASS_DYNAMIC) continue;
-    const st_class_item* c = &iteration[pos];
-    /* A window may not outlast an iteration (it would meet its own next copy): requests that
-     * do are served by the fallback pool only. */
-    if (c->end == ST_NEVER || c->end - c->begin > (uint64_t)p) continue;
-    if (wn && c->begin < windows[wn - 1].end &&
-        ST_MAX(c->end, (uint64_t)windows[wn - 1].end) - windows[wn - 1].begin <= (uint64_t)p) {
-      if (c->end > windows[wn - 1].end) windows[wn - 1].end = (uint32_t)c->end;
-    } else {
-      if (!grow((void**)&windows, &wcap, wn + 1, sizeof *windows)) goto oom;
-      windows[wn++] = (st_reuse_window){(uint32_t)c->begin, (uint32_t)c->end, 0, 0};
-    }
-    e->window = (uint32_t)(wn - 1);
-  }
+  /* 1. windows */
+  if (!grow((void**)&windows, &wcap, p + 1, sizeof *windows)) goto oom;
+  wn = st_reuse_windows(iteration, p, windows);
+  for (size_t pos = 0; pos < p; pos++) plan->iteration[pos].window = UINT32_MAX;
+  for (size_t w = 0; w < wn; w++)
+    for (size_t pos = windows[w].begin; pos < p && pos < windows[w].end; pos++)
+      if (servable(&iteration[pos], p)) plan->iteration[pos].window = (uint32_t)w;
 
   /* 2. per window: the complement of the occupied ranges within [0, pool_size) */
   for (size_t w = 0; w < wn; w++) {
@@ -72,7 +90,7 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
       occ[on++] = (span){off, off + st_align_up(plan->prologue[i].size, a)};
     }
     for (size_t pos = 0; pos < p; pos++) {
-      if (plan->iteration[pos].offset == PLAN_NO_OFFSET) continue; /* periodic or a slot */
+      if (plan->iteration[pos].cls != PLAN_CLASS_PERIODIC) continue;
       uint64_t lo = iteration[pos].begin, hi = iteration[pos].end;
       /* copies shifted by -p, 0, +p (all times offset by p to stay unsigned) */
       bool hit = false;
@@ -82,6 +100,16 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
       if (!grow((void**)&occ, &ocap, on + 1, sizeof *occ)) goto oom;
       uint64_t off = plan->iteration[pos].offset;
       occ[on++] = (span){off, off + st_align_up(plan->iteration[pos].size, a)};
+    }
+    for (size_t k = 0; k < arena_count; k++) {
+      if (k == w || !arenas[k].size) continue;
+      uint64_t lo = arenas[k].begin, hi = arenas[k].end;
+      bool hit = false;
+      for (uint64_t sh = 0; sh <= 2 && !hit; sh++)
+        hit = lo + sh * p < en + p && hi + sh * p > b + p;
+      if (!hit) continue;
+      if (!grow((void**)&occ, &ocap, on + 1, sizeof *occ)) goto oom;
+      occ[on++] = (span){arena_offsets[k], arena_offsets[k] + st_align_up(arenas[k].size, a)};
     }
     qsort(occ, on, sizeof *occ, by_lo);
     windows[w].first_range = (uint32_t)rn;
@@ -125,36 +153,26 @@ static int by_time(const void* a, const void* b) {
 stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos,
                                  const st_period* per, const st_class_item* it, double headroom,
                                  uint64_t alignment, st_class_item* out, size_t* count) {
-  size_t S = per->start, p = per->period, iters = per->iterations, wn = 0;
+  size_t S = per->start, p = per->period, iters = per->iterations;
   *count = 0;
   if (!p || !iters) return STALLOC_OK;
   ev* evs = malloc(2 * p * sizeof *evs);
-  if (!evs) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory for the arenas");
-  /* the same windows as st_reuse_compute's step 1 */
-  for (size_t pos = 0; pos < p;) {
-    const st_class_item* c = &it[pos];
-    if (c->cls != PLAN_CLASS_DYNAMIC || c->end == ST_NEVER || c->end > 2 * (uint64_t)p) {
-      pos++;
-      continue;
-    }
-    uint64_t b = c->begin, e = c->end;
-    size_t last = pos;
-    for (size_t q = pos + 1; q < p; q++) {
-      const st_class_item* d = &it[q];
-      if (d->cls != PLAN_CLASS_DYNAMIC || d->end == ST_NEVER || d->end > 2 * (uint64_t)p) continue;
-      if (d->begin >= e) break;
-      e = ST_MAX(e, d->end);
-      last = q;
-    }
+  st_reuse_window* win = malloc(p * sizeof *win);
+  if (!evs || !win) {
+    free(evs);
+    free(win);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory for the arenas");
+  }
+  size_t wn = st_reuse_windows(it, p, win);
+  for (size_t w = 0; w < wn; w++) {
     /* the most live bytes of the window's requests, over the recorded iterations */
     uint64_t need = 0;
     for (size_t k = 0; k < iters; k++) {
       size_t base = S + k * p, m = 0;
-      for (size_t q = pos; q <= last; q++) {
-        const st_class_item* d = &it[q];
-        if (d->cls != PLAN_CLASS_DYNAMIC || d->end == ST_NEVER || d->end > 2 * (uint64_t)p) continue;
+      for (size_t q = win[w].begin; q < p && q < win[w].end; q++) {
+        if (!servable(&it[q], p) || (w + 1 < wn && q >= win[w + 1].begin)) continue;
         uint64_t sz = st_align_up(sizes[base + q], alignment);
-        uint64_t f = free_pos[base + q] == ST_NEVER ? base + e : free_pos[base + q];
+        uint64_t f = free_pos[base + q] == ST_NEVER ? base + win[w].end : free_pos[base + q];
         evs[m++] = (ev){base + q, (int64_t)sz};
         evs[m++] = (ev){f, -(int64_t)sz};
       }
@@ -166,14 +184,11 @@ stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos
       }
     }
     double want = ceil((double)need * headroom);
-    if (need && want < 9.0e18) {
-      /* a window reaching past its own start in the next iteration holds the arena throughout */
-      out[wn++] = (st_class_item){st_align_up((uint64_t)want, alignment), b, ST_MIN(e, b + p),
-                                  PLAN_CLASS_PERIODIC};
-    }
-    pos = last + 1; /* the next dynamic position starts at or after e: a new window */
+    uint64_t size = want < 9.0e18 ? st_align_up((uint64_t)want, alignment) : 0;
+    out[w] = (st_class_item){size, win[w].begin, win[w].end, PLAN_CLASS_PERIODIC};
   }
   free(evs);
+  free(win);
   *count = wn;
   return STALLOC_OK;
 }

@@ -375,6 +375,12 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
       advance(rt);
       return e;
     }
+    /* A tiny position that grew a little (an MoE index tensor of a busier expert) is that
+     * request too: left waiting, it would cost the next request a resync. */
+    if (e && e->cls == PLAN_CLASS_TINY && size <= 2 * ST_TINY_MAX) {
+      advance(rt);
+      return e;
+    }
     return NULL;
   }
   set_cursor(rt, best.v + 1);
@@ -542,18 +548,22 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
       *node = n;
       return STALLOC_OK;
     }
-    rt->c.misses++; /* its bytes are still held (a block kept longer than planned), or it grew */
-    *outcome = size <= ST_TINY_MAX ? RT_TINY : RT_FALLBACK;
-    return STALLOC_OK;
+    /* Its bytes are still held (a block kept longer than planned), or it grew (an MoE
+     * position that repeated its size in the recorded iterations): inside a reuse window it
+     * is tried there, like a dynamic request, before the fallback pool. */
+    rt->c.misses++;
+  } else if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) {
+    rt->c.misses++;
+  } else if (!e && size > ST_TINY_MAX) {
+    rt->c.misses++;
   }
-  if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) rt->c.misses++;
-  if (!e && size > ST_TINY_MAX) rt->c.misses++;
   if (size <= ST_TINY_MAX) {
     *outcome = RT_TINY;
     return STALLOC_OK;
   }
   uint32_t w = UINT32_MAX;
   if (e && e->cls == PLAN_CLASS_DYNAMIC) w = e->window;
+  else if (e && (size_t)(e - rt->entries) >= rt->P) w = rt->window_of[(size_t)(e - rt->entries) - rt->P];
   else if (!e && expected >= rt->P && rt->I) w = rt->window_of[(expected - rt->P) % rt->I];
   uint64_t off;
   if (w != UINT32_MAX && place_dynamic(rt, w, size, &off)) {

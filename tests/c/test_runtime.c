@@ -367,6 +367,53 @@ static void test_streams_and_dynamic(void) {
   ops.destroy(backend);
 }
 
+/* An arena at the pool's start (offset 0 is a valid place), a planned request that grew inside
+ * the window served there as a miss, and an overflow that no longer fits going to the caller's
+ * fallback pool; every block served from the pool is disjoint from the others. */
+static void test_arena_grown_and_overflow(void) {
+  backend_ops ops = st_backend_host;
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  void* backend;
+  backend_caps caps;
+  CHECK_OK(ops.create(&o, &backend, &caps));
+  st_budget budget = {0};
+  /* Iteration: D (dynamic, window 0), A (planned at 8192), E (planned at 12288); the window's
+   * reusable range is the arena [0, 8192). */
+  st_plan_entry iter[3] = {{3000, PLAN_NO_OFFSET, PLAN_CLASS_DYNAMIC, 0},
+                           {4096, 8192, PLAN_CLASS_PERIODIC, UINT32_MAX},
+                           {4096, 12288, PLAN_CLASS_PERIODIC, UINT32_MAX}};
+  st_reuse_window win = {0, 3, 0, 1};
+  st_reuse_range range = {0, 8192};
+  stalloc_plan p = {.pool_size = 16384, .alignment = 512, .iteration = iter, .iteration_count = 3,
+                    .windows = &win, .window_count = 1, .ranges = &range, .range_count = 1};
+  st_runtime* rt;
+  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, 512, &p, 0, &rt));
+  st_rt_outcome out;
+  void *d, *a, *e, *d2;
+  st_range_node *nd, *na, *ne, *nd2;
+  CHECK_OK(st_runtime_alloc(rt, 3000, 1, &out, &d, &nd));
+  CHECK(out == RT_DYNAMIC);
+  CHECK_OK(st_runtime_alloc(rt, 4096, 1, &out, &a, &na));
+  CHECK(out == RT_HIT);
+  uint8_t* base = (uint8_t*)a - 8192;
+  CHECK((uint8_t*)d == base); /* best fit at the arena's start: offset 0 */
+  CHECK_OK(st_runtime_alloc(rt, 5000, 1, &out, &e, &ne)); /* E grew: taken for E, a miss */
+  CHECK(out == RT_DYNAMIC && (uint8_t*)e == base + 3072); /* in what the arena has left */
+  CHECK(st_runtime_counters_of(rt)->misses == 1);
+  CHECK_OK(st_runtime_alloc(rt, 9000, 1, &out, &d2, &nd2)); /* next D: the arena is full */
+  CHECK(out == RT_FALLBACK);
+  st_runtime_free(rt, nd, 1);
+  CHECK_OK(st_runtime_alloc(rt, 4096, 1, &out, &a, &nd2)); /* A again: its bytes are held */
+  CHECK(out == RT_FALLBACK);
+  st_runtime_free(rt, na, 1);
+  st_runtime_free(rt, ne, 1);
+  const st_runtime_counters* c = st_runtime_counters_of(rt);
+  CHECK(c->hits == 1 && c->dynamic == 2 && c->misses == 2);
+  st_runtime_destroy(rt);
+  ops.destroy(backend);
+}
+
 /* The slab's stream rule, over the same fake events. */
 static void test_slab_streams(void) {
   backend_ops ops = st_backend_host;
@@ -462,6 +509,7 @@ int main(void) {
   RUN(test_allocs_before_plan);
   RUN(test_bad_plans);
   RUN(test_streams_and_dynamic);
+  RUN(test_arena_grown_and_overflow);
   RUN(test_slab_streams);
   RUN(test_growable_pool);
   return 0;
