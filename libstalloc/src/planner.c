@@ -243,6 +243,29 @@ static bool is_planned(const st_class_item* c) {
          c->cls == PLAN_CLASS_WARMUP;
 }
 
+/* The step just before the steady state, as far as it lines up with the iteration: up to the
+ * first run of WARM_BREAK allocs in a row whose sizes all differ from the iteration's (the
+ * structure changed there; routing changes only a few positions in a row), and ending with a
+ * match (a difference with no match after it may be where the structure changes). */
+#define WARM_BREAK 32
+
+static size_t warm_prefix(const stalloc_trace_t* t, const uint64_t* sizes, size_t S, size_t P,
+                          size_t* warm_start) {
+  if (!S || !P) return 0;
+  size_t b = S - 1;
+  while (b > 0 && t->requests[b - 1].step == t->requests[S - 1].step) b--;
+  if (t->requests[S - 1].step == t->requests[S].step) return 0; /* not a step of its own */
+  size_t len = ST_MIN(S - b, P), run = 0, j = 0;
+  for (; j < len; j++) {
+    run = sizes[b + j] != sizes[S + j] ? run + 1 : 0;
+    if (run == WARM_BREAK) break;
+  }
+  *warm_start = b;
+  size_t end = j < len ? j + 1 - run : len;
+  while (end && sizes[b + end - 1] != sizes[S + end - 1]) end--;
+  return end;
+}
+
 typedef struct pipeline {
   size_t n;
   uint64_t *sizes, *free_pos;
@@ -380,7 +403,10 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   if (!pl->pro || !pl->it || !plan->prologue || !plan->iteration || !pl->items || !pl->offsets ||
       !pl->entry_of || !pl->arena_off)
     goto oom;
-  st_classify(pl->sizes, pl->free_pos, n, &pl->per, true, tiny, pl->pro, pl->it);
+  size_t warm_start = 0, warm_len = 0;
+  if (pl->per.from_markers) warm_len = warm_prefix(t, pl->sizes, S, P, &warm_start);
+  st_classify(pl->sizes, pl->free_pos, n, &pl->per, true, tiny, warm_start, warm_len, pl->pro,
+              pl->it);
   stalloc_status_t s;
   if (prm->reuse_space && prm->dynamic_headroom >= 1 &&
       (s = st_reuse_arenas(pl->sizes, pl->free_pos, &pl->per, pl->it, prm->dynamic_headroom,

@@ -38,10 +38,13 @@ typedef struct st_class_item {
 
 /* Classifies the prologue (allocs before period.start) and the template iteration (the period
  * positions). free_pos[i] is the free position of alloc i (ST_NEVER if never freed).
- * classify_tiny: requests <= tiny_threshold go to the slab. Arrays are caller-allocated. */
+ * classify_tiny: requests <= tiny_threshold go to the slab. The warm_len allocs from
+ * warm_start (in the prologue) line up with the iteration's first positions: a size differing
+ * there makes a position dynamic too (warm_len 0: none). Arrays are caller-allocated. */
 void st_classify(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
                  const st_period* period, bool classify_tiny, uint64_t tiny_threshold,
-                 st_class_item* prologue, st_class_item* iteration);
+                 size_t warm_start, size_t warm_len, st_class_item* prologue,
+                 st_class_item* iteration);
 
 /* reuse.c: the reuse windows of the iteration's dynamic positions (out has room for p). */
 size_t st_reuse_windows(const st_class_item* iteration, size_t p, st_reuse_window* out);

@@ -278,6 +278,59 @@ static void test_moe(void) {
   }
 }
 
+/* A position whose size repeats in the steady iterations but differs in the warm-up step is
+ * dynamic when the iterations already show routing; a dense trace's warm-up step, shifted at
+ * its end by the optimizer's state, marks nothing. */
+static stalloc_trace_t* warm_trace(int routed) {
+  tb b = {0};
+  b.markers = 1;
+  tb_step(&b, 0);
+  tb_alloc(&b, 65536); /* weights */
+  for (uint64_t step = 1; step <= 4; step++) {
+    tb_step(&b, step);
+    uint64_t a = tb_alloc(&b, 32768);
+    uint64_t xs = step == 1 ? 9216 : 8192; /* repeats in steps 2-4 */
+    uint64_t x = tb_alloc(&b, xs);
+    uint64_t ys = routed ? 4096 + 512 * step : 4096;
+    uint64_t y = tb_alloc(&b, ys);
+    uint64_t g = tb_alloc(&b, 16384);
+    tb_free(&b, g, 16384);
+    tb_free(&b, y, ys);
+    tb_free(&b, x, xs);
+    tb_free(&b, a, 32768);
+    if (step == 1) tb_alloc(&b, 131072); /* optimizer state */
+    uint64_t u = tb_alloc(&b, 65536);
+    tb_free(&b, u, 65536);
+  }
+  stalloc_trace_t* t;
+  CHECK_OK(stalloc_trace_create(&t));
+  CHECK_OK(stalloc_trace_append(t, b.ev, b.n));
+  free(b.ev);
+  return t;
+}
+
+static void test_warmup_step_shows_routing(void) {
+  for (int routed = 0; routed <= 1; routed++) {
+    stalloc_trace_t* t = warm_trace(routed);
+    stalloc_plan_t* plan = plan_of(t, 1);
+    stalloc_plan_info_t info;
+    info_of(plan, &info);
+    CHECK(info.iteration_count == 5 && info.steps_found == 3);
+    const stalloc_plan_entry_t* it;
+    size_t ni;
+    CHECK_OK(stalloc_plan_entries(plan, 1, &it, &ni));
+    CHECK(it[0].cls == STALLOC_CLASS_PERIODIC && it[3].cls == STALLOC_CLASS_PERIODIC);
+    CHECK(it[4].cls == STALLOC_CLASS_PERIODIC); /* the update: after the warm-up step's shift */
+    CHECK(it[1].cls == (routed ? STALLOC_CLASS_DYNAMIC : STALLOC_CLASS_PERIODIC));
+    CHECK(it[2].cls == (routed ? STALLOC_CLASS_DYNAMIC : STALLOC_CLASS_PERIODIC));
+    CHECK(info.dynamic == (routed ? 2u : 0u));
+    check_on_trace(plan, t);
+    check_unrolled(plan, t, 3);
+    stalloc_plan_destroy(plan);
+    stalloc_trace_destroy(t);
+  }
+}
+
 static void test_static_and_switches(void) {
   stalloc_trace_t* t = make_training_trace(1, 0, 3);
   stalloc_plan_params_t p;
@@ -349,6 +402,7 @@ int main(void) {
   RUN(test_dense_with_markers);
   RUN(test_dense_without_markers);
   RUN(test_moe);
+  RUN(test_warmup_step_shows_routing);
   RUN(test_static_and_switches);
   RUN(test_mismatch_and_bad_input);
   return 0;
