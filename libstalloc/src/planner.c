@@ -463,8 +463,12 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   plan->lower_bound = sum.lower_bound;
   bool* planned = malloc((n + 1) * sizeof *planned);
   if (!planned) goto oom;
-  for (size_t i = 0; i < n; i++)
-    planned[i] = is_planned(i < S ? &pl->pro[i] : &pl->it[(i - S) % P]);
+  /* with arenas, the dynamic requests they serve are in the pool too: part of its bound */
+  for (size_t i = 0; i < n; i++) {
+    const st_class_item* c = i < S ? &pl->pro[i] : &pl->it[(i - S) % P];
+    planned[i] = is_planned(c) || (i >= S && pl->arenas && c->cls == PLAN_CLASS_DYNAMIC &&
+                                   c->end != ST_NEVER && c->end - c->begin <= P);
+  }
   plan->planned_lower_bound = max_live(pl->sizes, pl->free_pos, planned, n);
   free(planned);
 
