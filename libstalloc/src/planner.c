@@ -20,6 +20,10 @@
 #include "place.h"
 #include "planner.h"
 
+/* Burst windows (reuse.c): a dynamic position more than this many allocs after the previous
+ * one starts a new window. One MoE layer's expert tensors come a few allocs apart. */
+#define BURST_GAP 8
+
 _Static_assert(sizeof(stalloc_plan_entry_t) == sizeof(st_plan_entry), "entry layout");
 _Static_assert(sizeof(stalloc_reuse_window_t) == sizeof(st_reuse_window), "window layout");
 _Static_assert(sizeof(stalloc_reuse_range_t) == sizeof(st_reuse_range), "range layout");
@@ -277,6 +281,7 @@ typedef struct pipeline {
   size_t item_count;
   size_t arenas;       /* class items pl->it[P ..], one per reuse window: no entry */
   uint64_t* arena_off; /* their offsets */
+  uint64_t gap;        /* the reuse windows' burst gap the arenas were made for */
 } pipeline;
 
 static void pipeline_free(pipeline* pl) {
@@ -355,6 +360,34 @@ static stalloc_status_t replace_crossing(pipeline* pl, const st_place_params* pp
   return s;
 }
 
+/* Arenas for the windows of `gap` (when `arenas`), then the placement of every item within
+ * `limit` seconds; *top: the pool's extent (aligned sizes). */
+static stalloc_status_t place_all(pipeline* pl, const stalloc_plan_params_t* prm, bool arenas,
+                                  uint64_t gap, double limit, uint64_t* top) {
+  size_t P = pl->per.period;
+  stalloc_status_t s;
+  pl->arenas = 0;
+  if (arenas && (s = st_reuse_arenas(pl->sizes, pl->free_pos, &pl->per, pl->it,
+                                     prm->dynamic_headroom, prm->alignment, gap, pl->it + P,
+                                     &pl->arenas)))
+    return s;
+  bool crossing;
+  build_items(pl, &crossing);
+  st_place_params pp = {prm->alignment, limit, NULL};
+  st_place_result res;
+  if ((s = st_place(pl->items, pl->item_count, &pp, pl->offsets, &res))) return s;
+  if (crossing) {
+    /* the second placement gets what is left of the time limit */
+    st_place_params pp2 = pp;
+    pp2.time_limit = ST_MAX(0.0, limit - res.seconds);
+    if ((s = replace_crossing(pl, &pp2, prm->alignment))) return s;
+  }
+  *top = 0;
+  for (size_t j = 0; j < pl->item_count; j++)
+    *top = ST_MAX(*top, pl->offsets[j] + st_align_up(pl->items[j].size, prm->alignment));
+  return STALLOC_OK;
+}
+
 static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_t* prm,
                             stalloc_plan* plan, pipeline* pl) {
   size_t n = t->request_count;
@@ -408,27 +441,58 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   st_classify(pl->sizes, pl->free_pos, n, &pl->per, true, tiny, warm_start, warm_len, pl->pro,
               pl->it);
   stalloc_status_t s;
-  if (prm->reuse_space && prm->dynamic_headroom >= 1 &&
-      (s = st_reuse_arenas(pl->sizes, pl->free_pos, &pl->per, pl->it, prm->dynamic_headroom,
-                           prm->alignment, pl->it + P, &pl->arenas)))
-    return s;
   plan->prologue_count = S;
   plan->iteration_count = P;
   plan->steps_found = (uint32_t)pl->per.iterations;
   plan->uses_step_markers = pl->per.from_markers;
 
-  /* placement */
-  bool crossing;
-  build_items(pl, &crossing);
-  st_place_params pp = {prm->alignment, prm->time_limit, NULL};
-  st_place_result res;
-  s = st_place(pl->items, pl->item_count, &pp, pl->offsets, &res);
-  if (s) return s;
-  if (crossing) {
-    /* the second placement gets what is left of the time limit */
-    st_place_params pp2 = pp;
-    pp2.time_limit = ST_MAX(0.0, prm->time_limit - res.seconds);
-    if ((s = replace_crossing(pl, &pp2, prm->alignment))) return s;
+  /* placement: with arenas, once with merged windows and, where bursts split them, once with
+   * burst windows (half the time limit each); the smaller pool wins */
+  bool arenas = prm->reuse_space && prm->dynamic_headroom >= 1 && P;
+  bool two = false;
+  if (arenas) {
+    st_reuse_window* w = malloc((P + 1) * sizeof *w);
+    if (!w) goto oom;
+    two = st_reuse_windows(pl->it, P, BURST_GAP, w) > st_reuse_windows(pl->it, P, 0, w);
+    free(w);
+  }
+  double limit = two ? prm->time_limit / 2 : prm->time_limit;
+  uint64_t top0, top1;
+  if ((s = place_all(pl, prm, arenas, 0, limit, &top0))) return s;
+  if (two) {
+    pipeline keep = *pl;
+    size_t m = pl->item_count;
+    keep.items = malloc((m + 1) * sizeof *keep.items);
+    keep.offsets = malloc((m + 1) * sizeof *keep.offsets);
+    keep.entry_of = malloc((m + 1) * sizeof *keep.entry_of);
+    keep.it = malloc((pl->arenas + 1) * sizeof *keep.it);
+    if (!keep.items || !keep.offsets || !keep.entry_of || !keep.it) {
+      free(keep.items);
+      free(keep.offsets);
+      free(keep.entry_of);
+      free(keep.it);
+      goto oom;
+    }
+    memcpy(keep.items, pl->items, m * sizeof *keep.items);
+    memcpy(keep.offsets, pl->offsets, m * sizeof *keep.offsets);
+    memcpy(keep.entry_of, pl->entry_of, m * sizeof *keep.entry_of);
+    memcpy(keep.it, pl->it + P, pl->arenas * sizeof *keep.it);
+    s = place_all(pl, prm, arenas, BURST_GAP, limit, &top1);
+    if (!s && top1 < top0) {
+      pl->gap = BURST_GAP;
+    } else if (!s) { /* the merged windows' layout stays */
+      memcpy(pl->items, keep.items, m * sizeof *keep.items);
+      memcpy(pl->offsets, keep.offsets, m * sizeof *keep.offsets);
+      memcpy(pl->entry_of, keep.entry_of, m * sizeof *keep.entry_of);
+      memcpy(pl->it + P, keep.it, keep.arenas * sizeof *keep.it);
+      pl->item_count = m;
+      pl->arenas = keep.arenas;
+    }
+    free(keep.items);
+    free(keep.offsets);
+    free(keep.entry_of);
+    free(keep.it);
+    if (s) return s;
   }
 
   /* entries */
@@ -474,7 +538,8 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
 
   plan->fingerprint = st_plan_fingerprint(plan);
   if (prm->reuse_space && P &&
-      (s = st_reuse_compute(plan, pl->pro, pl->it, pl->it + P, pl->arena_off, pl->arenas)))
+      (s = st_reuse_compute(plan, pl->pro, pl->it, pl->it + P, pl->arena_off, pl->arenas,
+                            pl->gap)))
     return s;
   return st_plan_validate(plan, "planner");
 oom:

@@ -46,14 +46,18 @@ void st_classify(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
                  size_t warm_start, size_t warm_len, st_class_item* prologue,
                  st_class_item* iteration);
 
-/* reuse.c: the reuse windows of the iteration's dynamic positions (out has room for p). */
-size_t st_reuse_windows(const st_class_item* iteration, size_t p, st_reuse_window* out);
+/* reuse.c: the reuse windows of the iteration's dynamic positions (out has room for p); gap
+ * 0: overlapping lifetimes merge; else a position also must come within gap allocs of the
+ * window's last one. */
+size_t st_reuse_windows(const st_class_item* iteration, size_t p, uint64_t gap,
+                        st_reuse_window* out);
 /* reuse.c: Dynamic Reusable Space. Fills plan->windows / plan->ranges (allocated here) from
  * the plan's entries, the iteration's lifetimes and the arenas (arena k belongs to window k;
  * none when arena_count is 0) at their offsets. */
 stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prologue,
                                   const st_class_item* iteration, const st_class_item* arenas,
-                                  const uint64_t* arena_offsets, size_t arena_count);
+                                  const uint64_t* arena_offsets, size_t arena_count,
+                                  uint64_t gap);
 
 /* reuse.c: one arena per reuse window (the same windows st_reuse_compute finds): a class item
  * over the window's positions, sized for the most live bytes (aligned) its dynamic requests
@@ -62,7 +66,8 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
  * window's dynamic requests there. out has room for one per dynamic position. */
 stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos,
                                  const st_period* per, const st_class_item* it, double headroom,
-                                 uint64_t alignment, st_class_item* out, size_t* count);
+                                 uint64_t alignment, uint64_t gap, st_class_item* out,
+                                 size_t* count);
 
 /* planner.c */
 uint64_t st_plan_fingerprint(const stalloc_plan* plan);

@@ -3,8 +3,9 @@
  * window. Online, dynamic requests are placed best-fit into these ranges.
  *
  * Windows group dynamic positions in alloc order: a position joins the current window while its
- * lifetime overlaps the window's and the window stays within one iteration's length (it would
- * meet its own next copy). Positions are alloc positions of the iteration, half-open;
+ * lifetime overlaps the window's, the window stays within one iteration's length (it would
+ * meet its own next copy) and, with a gap, the position comes at most `gap` allocs after the
+ * window's last one (bursts: one MoE layer's experts; the planner tries both). Positions are alloc positions of the iteration, half-open;
  * `end` may pass iteration_count when a dynamic request is freed in the next iteration. A
  * planned request occupies its range in a window if any of its copies (previous, this or next
  * iteration) overlaps the window; persistent requests occupy theirs always; so do the arenas of
@@ -46,13 +47,17 @@ static bool servable(const st_class_item* c, size_t p) {
   return c->cls == PLAN_CLASS_DYNAMIC && c->end != ST_NEVER && c->end - c->begin <= (uint64_t)p;
 }
 
-size_t st_reuse_windows(const st_class_item* it, size_t p, st_reuse_window* out) {
+size_t st_reuse_windows(const st_class_item* it, size_t p, uint64_t gap, st_reuse_window* out) {
   size_t wn = 0;
+  uint64_t last = 0;
   for (size_t pos = 0; pos < p; pos++) {
     const st_class_item* c = &it[pos];
     if (!servable(c, p)) continue;
     st_reuse_window* w = wn ? &out[wn - 1] : NULL;
-    if (w && c->begin < w->end && ST_MAX(c->end, (uint64_t)w->end) - w->begin <= (uint64_t)p) {
+    bool near = !gap || c->begin - last <= gap;
+    last = c->begin;
+    if (w && near && c->begin < w->end &&
+        ST_MAX(c->end, (uint64_t)w->end) - w->begin <= (uint64_t)p) {
       if (c->end > w->end) w->end = (uint32_t)c->end;
     } else {
       out[wn++] = (st_reuse_window){(uint32_t)c->begin, (uint32_t)c->end, 0, 0};
@@ -63,7 +68,8 @@ size_t st_reuse_windows(const st_class_item* it, size_t p, st_reuse_window* out)
 
 stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prologue,
                                   const st_class_item* iteration, const st_class_item* arenas,
-                                  const uint64_t* arena_offsets, size_t arena_count) {
+                                  const uint64_t* arena_offsets, size_t arena_count,
+                                  uint64_t gap) {
   size_t p = plan->iteration_count;
   uint64_t a = plan->alignment;
   st_reuse_window* windows = NULL;
@@ -73,7 +79,7 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
 
   /* 1. windows */
   if (!grow((void**)&windows, &wcap, p + 1, sizeof *windows)) goto oom;
-  wn = st_reuse_windows(iteration, p, windows);
+  wn = st_reuse_windows(iteration, p, gap, windows);
   for (size_t pos = 0; pos < p; pos++) plan->iteration[pos].window = UINT32_MAX;
   for (size_t w = 0; w < wn; w++)
     for (size_t pos = windows[w].begin; pos < p && pos < windows[w].end; pos++)
@@ -152,7 +158,8 @@ static int by_time(const void* a, const void* b) {
 
 stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos,
                                  const st_period* per, const st_class_item* it, double headroom,
-                                 uint64_t alignment, st_class_item* out, size_t* count) {
+                                 uint64_t alignment, uint64_t gap, st_class_item* out,
+                                 size_t* count) {
   size_t S = per->start, p = per->period, iters = per->iterations;
   *count = 0;
   if (!p || !iters) return STALLOC_OK;
@@ -163,7 +170,7 @@ stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos
     free(win);
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory for the arenas");
   }
-  size_t wn = st_reuse_windows(it, p, win);
+  size_t wn = st_reuse_windows(it, p, gap, win);
   for (size_t w = 0; w < wn; w++) {
     /* the most live bytes of the window's requests, over the recorded iterations */
     uint64_t need = 0;
