@@ -619,7 +619,16 @@ stalloc_status_t stalloc_plan_info(const stalloc_plan_t* plan, stalloc_plan_info
   v.window_count = plan->window_count;
   v.range_count = plan->range_count;
   for (size_t r = 0; r < plan->range_count; r++) v.reusable_bytes += plan->ranges[r].size;
-  v.ratio = v.lower_bound ? (double)v.plan_peak / (double)v.lower_bound : 1.0;
+  /* An arena above every entry is in the pool but not in plan_peak (the entries' extent):
+   * then the pool's size is the peak the ratio is about. */
+  uint64_t top = 0;
+  for (size_t i = 0; i < plan->prologue_count + plan->iteration_count; i++) {
+    bool it = i >= plan->prologue_count;
+    const st_plan_entry* e = it ? &plan->iteration[i - plan->prologue_count] : &plan->prologue[i];
+    if (e->offset != PLAN_NO_OFFSET) top = ST_MAX(top, e->offset + st_align_up(e->size, plan->alignment));
+  }
+  uint64_t used = plan->pool_size > st_align_up(top, plan->alignment) ? plan->pool_size : plan->plan_peak;
+  v.ratio = v.lower_bound ? (double)used / (double)v.lower_bound : 1.0;
   v.seconds = plan->seconds;
   memcpy(info, &v, v.struct_size);
   return STALLOC_OK;

@@ -380,7 +380,8 @@ typedef struct stalloc_plan_info {
   uint64_t uses_step_markers; /* 1: the iterations came from step markers */
   uint64_t window_count, range_count;
   uint64_t reusable_bytes;    /* sum of the reuse ranges' sizes over all windows */
-  double ratio;               /* plan_peak / lower_bound (1 when nothing is planned) */
+  double ratio;               /* plan_peak / lower_bound (1 when nothing is planned); pool_size /
+                                 lower_bound when an arena lies above every entry */
   double seconds;             /* planning time */
 } stalloc_plan_info_t;
 
