@@ -580,30 +580,20 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
 }
 
 void st_runtime_free(st_runtime* rt, st_range_node* n, uint64_t stream) {
-  if (rt->ops->event_record && rt->ops->event_record(rt->backend, stream, &n->event) == STALLOC_OK) {
-    /* Reusable at once on `stream`, elsewhere once the event is done. */
-    n->state = NODE_PENDING;
-    n->stream = stream;
-    n->pnext = NULL;
-    n->pprev = rt->pending_tail;
-    if (rt->pending_tail) rt->pending_tail->pnext = n;
-    else rt->pending_head = n;
-    rt->pending_tail = n;
+  if (!rt->ops->event_record) {
+    node_drop(rt, n);
     return;
   }
-  if (rt->ops->event_record) {
-    /* No event: keep it for its own stream only, never done for the others. */
-    n->event = NULL;
-    n->state = NODE_PENDING;
-    n->stream = stream;
-    n->pnext = NULL;
-    n->pprev = rt->pending_tail;
-    if (rt->pending_tail) rt->pending_tail->pnext = n;
-    else rt->pending_head = n;
-    rt->pending_tail = n;
-    return;
-  }
-  node_drop(rt, n);
+  /* Reusable at once on `stream`, elsewhere once the event is done; with no event (the
+   * record failed) it stays for its own stream only, never done for the others. */
+  if (rt->ops->event_record(rt->backend, stream, &n->event) != STALLOC_OK) n->event = NULL;
+  n->state = NODE_PENDING;
+  n->stream = stream;
+  n->pnext = NULL;
+  n->pprev = rt->pending_tail;
+  if (rt->pending_tail) rt->pending_tail->pnext = n;
+  else rt->pending_head = n;
+  rt->pending_tail = n;
 }
 
 void st_runtime_step(st_runtime* rt) {
