@@ -19,6 +19,12 @@ static inline uint64_t st_align_up(uint64_t x, uint64_t a) {
 }
 static inline bool st_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
+/* A caller's cancel flag is written from another thread; read it as an atomic so the read is
+ * well defined (the public type stays a plain int for callers without <stdatomic.h>). */
+static inline bool st_cancel_requested(const volatile int* cancel) {
+  return cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED) != 0;
+}
+
 /* status.c: records the failure (thread-local message, error callback) and returns status. */
 stalloc_status_t st_fail(stalloc_status_t status, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -358,7 +358,7 @@ static stalloc_status_t construct(placer* p, part* q) {
       if (!make_order(p, q->b, q->e, how, NULL)) goto nomem;
       for (int bf = 0; bf < 2; bf++) {
         double t = st_place_now();
-        if (t + last >= p->deadline || (p->cancel && *p->cancel)) return STALLOC_OK;
+        if (t + last >= p->deadline || st_cancel_requested(p->cancel)) return STALLOC_OK;
         uint64_t pk = greedy(p, m, bf);
         last = st_place_now() - t;
         p->res->orderings_tried++;
@@ -497,7 +497,7 @@ static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal
   *optimal = false;
   for (;;) {
     bool other_done = p->stop && atomic_load_explicit(p->stop, memory_order_relaxed);
-    if ((p->cancel && *p->cancel) || other_done || st_place_now() >= p->deadline)
+    if (st_cancel_requested(p->cancel) || other_done || st_place_now() >= p->deadline)
       return STALLOC_OK;
     part* worst = NULL;
     for (size_t k = 0; k < np; k++)
@@ -724,7 +724,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   p->deadline = limit > 0.0 ? t0 + limit - ST_MIN(0.05, limit / 20) : 0.0;
   uint64_t lb = 0, fixed_top = 0;
   for (size_t q = 0; q < nparts; q++) {
-    if (p->cancel && *p->cancel) {
+    if (st_cancel_requested(p->cancel)) {
       st = st_fail(STALLOC_ERR_CANCELLED, "placement: cancelled");
       goto done;
     }

@@ -410,7 +410,7 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
   if (s->nodes >= s->node_limit) return ST_SEARCH_ABORTED;
   s->nodes++;
   if ((s->nodes & 255) == 0 &&
-      ((s->cancel && *s->cancel) || (s->stop && atomic_load_explicit(s->stop, memory_order_relaxed)) || st_place_now() > s->deadline))
+      (st_cancel_requested(s->cancel) || (s->stop && atomic_load_explicit(s->stop, memory_order_relaxed)) || st_place_now() > s->deadline))
     return ST_SEARCH_STOPPED;
 
   /* This node's ordering: the parent's minus placed items, re-sorted by current minimum

@@ -188,7 +188,7 @@ static void test_bad_input(void) {
 static void* cancel_later(void* arg) {
   struct timespec ts = {0, 100 * 1000 * 1000};
   nanosleep(&ts, NULL);
-  *(volatile int*)arg = 1;
+  __atomic_store_n((volatile int*)arg, 1, __ATOMIC_RELAXED);
   return NULL;
 }
 

@@ -291,8 +291,9 @@ typedef struct stalloc_place_params {
   size_t struct_size;     /* sizeof(stalloc_place_params_t), set by stalloc_place_params_init */
   uint64_t alignment;     /* offsets of free items are multiples of this; default 1 */
   double time_limit;      /* seconds for the improving search; 0 = heuristics only; default 10 */
-  const volatile int* cancel; /* optional: set non-zero (from any thread) to stop the search
-                                 early, keeping the best placement found; default NULL */
+  const volatile int* cancel; /* optional: set non-zero (from any thread, with an atomic store
+                                 such as __atomic_store_n) to stop the search early, keeping
+                                 the best placement found; default NULL */
 } stalloc_place_params_t;
 
 typedef struct stalloc_place_result {
