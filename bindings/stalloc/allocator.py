@@ -56,7 +56,7 @@ def _backend_kind(name: str) -> int:
 
 def make_options(backend: str | None = None, device: int | None = None,
                  alignment: int | None = None, memory_limit: int | None = None,
-                 virtual_capacity: int | None = None):
+                 virtual_capacity: int | None = None, tiny_alignment: int | None = None):
     """A ``stalloc_options_t*`` with the library defaults, overridden by every argument that
     is not None."""
     opts = ffi.new("stalloc_options_t*")
@@ -64,7 +64,8 @@ def make_options(backend: str | None = None, device: int | None = None,
     if backend is not None:
         opts.backend = _backend_kind(backend)
     for name, value in (("device", device), ("alignment", alignment),
-                        ("memory_limit", memory_limit), ("virtual_capacity", virtual_capacity)):
+                        ("memory_limit", memory_limit), ("virtual_capacity", virtual_capacity),
+                        ("tiny_alignment", tiny_alignment)):
         if value is not None:
             setattr(opts, name, value)
     return opts
@@ -81,8 +82,9 @@ class Allocator:
 
     def __init__(self, backend: str | None = None, device: int | None = None,
                  alignment: int | None = None, memory_limit: int | None = None,
-                 virtual_capacity: int | None = None, record_path=None):
-        opts = make_options(backend, device, alignment, memory_limit, virtual_capacity)
+                 virtual_capacity: int | None = None, record_path=None,
+                 tiny_alignment: int | None = None):
+        opts = make_options(backend, device, alignment, memory_limit, virtual_capacity, tiny_alignment)
         keep = None
         if record_path is not None:
             keep = ffi.new("char[]", os.fsencode(os.fspath(record_path)))

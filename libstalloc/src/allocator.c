@@ -20,6 +20,10 @@ static stalloc_status_t read_options(const stalloc_options_t* in, stalloc_option
   if (!st_is_pow2(out->alignment) || out->alignment > (1ull << 30))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "alignment %llu is not a power of two up to 1 GiB",
                    (unsigned long long)out->alignment);
+  if (out->tiny_alignment == 0) out->tiny_alignment = out->alignment;
+  if (!st_is_pow2(out->tiny_alignment) || out->tiny_alignment > (1ull << 30))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "tiny_alignment %llu is not 0 or a power of two up to 1 GiB",
+                   (unsigned long long)out->tiny_alignment);
   if (!st_backend_get(out->backend))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", (int)out->backend);
   if (out->device < 0) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "device %d is negative", (int)out->device);
@@ -333,7 +337,7 @@ stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struc
      * first alloc of the run. */
     s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment, plan,
                           a->allocs_seen, &rt);
-    if (!s) s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment, &slab);
+    if (!s) s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.tiny_alignment, &slab);
     if (s) {
       st_runtime_destroy(rt);
     } else {

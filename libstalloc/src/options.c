@@ -44,6 +44,7 @@ static const option_desc OPTIONS[] = {
     {"STALLOC_MEMORY_LIMIT", OPT_BYTES, offsetof(stalloc_options_t, memory_limit)},
     {"STALLOC_VIRTUAL_CAPACITY", OPT_BYTES, offsetof(stalloc_options_t, virtual_capacity)},
     {"STALLOC_RECORD_PATH", OPT_STRING, offsetof(stalloc_options_t, record_path)},
+    {"STALLOC_TINY_ALIGNMENT", OPT_BYTES, offsetof(stalloc_options_t, tiny_alignment)},
 };
 
 /* The CUDA driver library to load instead of libcuda.so.1 (tests point it at a mock). One per
@@ -63,6 +64,7 @@ void stalloc_options_init(stalloc_options_t* o) {
   o->memory_limit = 0;
   o->virtual_capacity = 1ull << 40;
   o->record_path = NULL;
+  o->tiny_alignment = 16;
   for (size_t i = 0; i < sizeof OPTIONS / sizeof OPTIONS[0]; i++) {
     const char* v = getenv(OPTIONS[i].env);
     if (!v || !*v) continue;

@@ -1,7 +1,9 @@
 /* slab.c - tiny requests (<= 512 B, DESIGN.md) in fixed-size slots, O(1) both ways.
  *
- * Slot sizes are powers of two from the allocator's alignment (at least 16 B) up to 512 B (or
- * the alignment, if larger), so every slot is aligned. Each class takes chunks straight from the
+ * Slot sizes are powers of two from the allocator's tiny_alignment (at least 16 B) up to 512 B
+ * (or that alignment, if larger), each slot aligned to its size: a 4-byte tensor holds 16 B,
+ * not the 512 B a planned block's alignment would cost, and no vector load of a tensor can be
+ * wider than its slot's alignment. Each class takes chunks straight from the
  * backend: 16 chunks of one granule (or 8 slots), then doubling up to 1 MiB, so a run with a
  * few tiny tensors reserves a few KiB, not a 2 MiB segment. Chunks live until the allocator is destroyed.
  *

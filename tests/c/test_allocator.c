@@ -150,6 +150,11 @@ static void test_bad_options(void) {
   stalloc_allocator_t* a;
   CHECK_STATUS(stalloc_allocator_create(&o, &a), STALLOC_ERR_INVALID_ARGUMENT);
   o.alignment = 512;
+  o.tiny_alignment = 24;
+  CHECK_STATUS(stalloc_allocator_create(&o, &a), STALLOC_ERR_INVALID_ARGUMENT);
+  o.tiny_alignment = 0; /* the same as alignment */
+  CHECK_OK(stalloc_allocator_create(&o, &a));
+  CHECK_OK(stalloc_allocator_destroy(a));
   o.struct_size = 0;
   CHECK_STATUS(stalloc_allocator_create(&o, &a), STALLOC_ERR_INVALID_ARGUMENT);
   stalloc_backend_kind_t k;

@@ -367,6 +367,55 @@ static void test_streams_and_dynamic(void) {
   ops.destroy(backend);
 }
 
+/* Each tiny request gets a slot of its size rounded up to a power of two, at least the tiny
+ * alignment, aligned to the slot's size; slots never overlap. */
+static void test_slab_slot_sizes(void) {
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  void* backend;
+  backend_caps caps;
+  CHECK_OK(st_backend_host.create(&o, &backend, &caps));
+  const uint64_t tiny_aligns[] = {16, 64, 512};
+  uint64_t reserved[3];
+  for (int k = 0; k < 3; k++) {
+    st_budget budget = {0};
+    st_slab* slab;
+    CHECK_OK(st_slab_create(&st_backend_host, backend, &caps, &budget, tiny_aligns[k], &slab));
+    enum { N = 512 };
+    uintptr_t start[N], end[N];
+    st_slot* slots[N];
+    for (int i = 0; i < N; i++) {
+      uint64_t size = 1 + (uint64_t)i, slot = tiny_aligns[k];
+      while (slot < size) slot *= 2;
+      void* p;
+      CHECK_OK(st_slab_alloc(slab, size, 0, &p, &slots[i]));
+      CHECK((uintptr_t)p % slot == 0);
+      start[i] = (uintptr_t)p;
+      end[i] = (uintptr_t)p + size;
+      memset(p, i & 0xFF, size);
+    }
+    for (int i = 0; i < N; i++)
+      for (int j = i + 1; j < N; j++) CHECK(end[i] <= start[j] || end[j] <= start[i]);
+    for (int i = 0; i < N; i++) st_slab_free(slab, slots[i], 0);
+    st_slab_destroy(slab);
+    CHECK(budget.reserved == 0);
+    CHECK_OK(st_slab_create(&st_backend_host, backend, &caps, &budget, tiny_aligns[k], &slab));
+    for (int i = 0; i < 1000; i++) {
+      void* p;
+      st_slot* unused;
+      CHECK_OK(st_slab_alloc(slab, 4, 0, &p, &unused));
+    }
+    reserved[k] = budget.reserved;
+    st_slab_destroy(slab);
+    CHECK(budget.reserved == 0);
+  }
+  /* Requests of 1..512 B: half fit slots under 512 B, so natural slots hold about a third less. */
+  /* A thousand 4-byte scalars (a training step's loss and norms): 16-B slots hold a small
+   * fraction of what 512-B slots hold. */
+  CHECK(reserved[0] < reserved[2] / 10);
+  st_backend_host.destroy(backend);
+}
+
 /* An arena at the pool's start (offset 0 is a valid place), a planned request that grew inside
  * the window served there as a miss, and an overflow that no longer fits going to the caller's
  * fallback pool; every block served from the pool is disjoint from the others. */
@@ -511,6 +560,7 @@ int main(void) {
   RUN(test_streams_and_dynamic);
   RUN(test_arena_grown_and_overflow);
   RUN(test_slab_streams);
+  RUN(test_slab_slot_sizes);
   RUN(test_growable_pool);
   return 0;
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from . import fmt_bytes, print_json
 
 
@@ -25,7 +27,7 @@ def run(args) -> int:
     rows, how = compare(trace, plan, plan_steps=args.plan_steps, limit=args.limit,
                         time_limit=args.time_limit, timeline_points=points)
     if args.plot:
-        plot(rows, args.plot, title=args.trace)
+        plot(rows, args.plot, title=os.path.basename(args.trace))
     if args.json:
         print_json([{k: r[k] for k in ROW_KEYS + ("waste_vs_pytorch", "ooms")} for r in rows])
         return 0

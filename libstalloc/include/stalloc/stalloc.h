@@ -92,11 +92,16 @@ typedef struct stalloc_options {
   size_t struct_size;             /* sizeof(stalloc_options_t), set by stalloc_options_init */
   stalloc_backend_kind_t backend; /* default STALLOC_BACKEND_HOST */
   int32_t device;                 /* device ordinal for device backends; default 0 */
-  uint64_t alignment;             /* every pointer is a multiple of this; power of two;
-                                     default 512 (as cudaMalloc's sub-allocations in PyTorch) */
+  uint64_t alignment;             /* every pointer is a multiple of this (tiny ones: see
+                                     tiny_alignment); power of two; default 512 (as
+                                     cudaMalloc's sub-allocations in PyTorch) */
   uint64_t memory_limit;          /* most bytes the allocator may reserve; 0 = no limit */
   uint64_t virtual_capacity;      /* address range the virtual backend reserves; default 1 TiB */
   const char* record_path;        /* non-NULL: start in record mode, writing a trace here */
+  uint64_t tiny_alignment;        /* requests of at most 512 B, once a plan is loaded, sit in
+                                     slots of their size rounded up to a power of two (>= this)
+                                     and aligned to it, rather than in 512-B slots; power of two
+                                     or 0 (= alignment); default 16 (docs/options.md) */
 } stalloc_options_t;
 
 /* Fills the defaults, reading STALLOC_<NAME> environment overrides (see docs/options.md). */
