@@ -46,6 +46,22 @@ def test_compare_rows_on_dense_traces(name):
     assert how["plan_events"] < how["trace_events"]
 
 
+DENSE = [f"{m}_{v}" for m in ("llama", "gpt2") for v in ("plain", "recompute", "accum", "1f1b")]
+MOE = [f"mixtral_{v}" for v in ("plain", "recompute", "accum", "1f1b")]
+
+
+@pytest.mark.parametrize("name", DENSE + MOE)
+def test_waste_against_pytorch_on_every_shipped_trace(name):
+    # The goal: at most 10% of PyTorch's waste on dense models (and below expandable
+    # segments'), at most 30% on MoE. time_limit=0 (heuristics only) so a slow machine sees
+    # the same layout as a fast one.
+    rows, _ = compare(stalloc.load_trace(TRACES / f"{name}.npz"), time_limit=0.0)
+    torch_waste, expandable_waste, stalloc_waste = (r["waste"] for r in rows)
+    goal = 0.30 if name in MOE else 0.10
+    assert stalloc_waste <= goal * torch_waste, (name, stalloc_waste, torch_waste)
+    assert stalloc_waste < expandable_waste
+
+
 def test_compare_cli_json_and_plot(tmp_path):
     png = tmp_path / "c.png"
     out = subprocess.run([sys.executable, "-m", "stalloc", "compare", str(TRACES / "gpt2_plain.npz"),
