@@ -177,18 +177,21 @@ static void release_segment(st_fallback* p, st_segment* s) {
   free(s);
 }
 
-uint64_t st_fallback_release_cached(st_fallback* p) {
+/* Gives back every wholly free, ready segment smaller than below. */
+static uint64_t release_cached_below(st_fallback* p, uint64_t below) {
   uint64_t released = 0;
   for (st_segment *s = p->segments, *next; s; s = next) {
     next = s->next;
     st_block* b = s->first;
-    if (b->is_free && !b->next && block_ready(p, b)) {
+    if (b->is_free && !b->next && s->size < below && block_ready(p, b)) {
       released += s->size;
       release_segment(p, s);
     }
   }
   return released;
 }
+
+uint64_t st_fallback_release_cached(st_fallback* p) { return release_cached_below(p, UINT64_MAX); }
 
 static stalloc_status_t try_new_segment(st_fallback* p, uint64_t size, uint64_t stream, st_block** out) {
   if (!st_budget_allows(p->budget, size))
@@ -234,6 +237,9 @@ static stalloc_status_t new_segment(st_fallback* p, uint64_t rounded, uint64_t s
   uint64_t sizes[2] = {cached, exact};
   if (!exact || !sizes[0])
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "request of %llu bytes is too large", (unsigned long long)rounded);
+  /* With a plan loaded the fallback pool is the overflow of a planned run: an idle segment too
+   * small for this request would only add to the peak beside the new one. */
+  if (p->exact_segments) release_cached_below(p, exact);
   stalloc_status_t st = STALLOC_ERR_OUT_OF_MEMORY;
   for (int attempt = 0; attempt < 2; attempt++) {
     for (int i = 0; i < 2; i++) {

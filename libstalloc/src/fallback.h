@@ -19,7 +19,8 @@ stalloc_status_t st_fallback_alloc(st_fallback* pool, uint64_t size, uint64_t st
 /* Frees a live block; stream is where its last use was queued. */
 void st_fallback_free(st_fallback* pool, st_block* block, uint64_t stream);
 /* With a plan loaded, the pool only serves the few requests the plan missed: segments of the
- * request's own size (granularity-rounded) waste less than cached 2 or 20 MiB ones. */
+ * request's own size (granularity-rounded) waste less than cached 2 or 20 MiB ones, and idle
+ * segments too small for a request are given back before a new one is made. */
 void st_fallback_exact_segments(st_fallback* pool, bool exact);
 /* Returns wholly free segments whose work is done to the backend; gives the bytes returned. */
 uint64_t st_fallback_release_cached(st_fallback* pool);

@@ -94,7 +94,21 @@ static void test_coalescing_and_exact_segments(void) {
   CHECK_OK(st_fallback_alloc(p, 5000, 0, &x[0], &bx[0]));
   CHECK(budget.reserved == 8192); /* 5000 B rounded to the granularity, not 2 MiB */
   st_fallback_free(p, bx[0], 0);
+  /* An idle segment too small for the next request goes back before a new one is made... */
+  CHECK_OK(st_fallback_alloc(p, 12000, 0, &x[1], &bx[1]));
+  CHECK(budget.segments == 1 && budget.reserved == 12288);
+  /* ...but not one still in use, nor one whose work is not done. */
+  CHECK_OK(st_fallback_alloc(p, 3000, 0, &x[2], &bx[2])); /* the 12288 one is in use */
+  CHECK(x[2] != x[1] && budget.reserved == 12288 + 4096);
+  events_done = 0;
+  st_fallback_free(p, bx[2], 0);
+  CHECK_OK(st_fallback_alloc(p, 20000, 0, &x[3], &bx[3]));
+  CHECK(budget.segments == 3 && budget.reserved == 12288 + 4096 + 20480);
+  events_done = 1;
+  st_fallback_free(p, bx[1], 0);
+  st_fallback_free(p, bx[3], 0);
   st_fallback_destroy(p);
+  CHECK(budget.reserved == 0);
 }
 
 int main(void) {
