@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ._handle import OwnedHandle
 from ._lib import ffi, lib
 from .errors import check
 
@@ -71,7 +72,7 @@ def make_options(backend: str | None = None, device: int | None = None,
     return opts
 
 
-class Allocator:
+class Allocator(OwnedHandle):
     """A libstalloc allocator. Every argument left as None keeps the library default (which
     ``STALLOC_<NAME>`` environment variables may override; see docs/options.md).
 
@@ -152,18 +153,10 @@ class Allocator:
     def record_stop(self) -> None:
         check(lib.stalloc_allocator_record_stop(self._h()))
 
+    @staticmethod
+    def _release(handle) -> int:
+        return lib.stalloc_allocator_destroy(handle)
+
     def close(self) -> None:
         """Frees every live block and returns all memory; finishes a recording."""
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            check(lib.stalloc_allocator_destroy(handle))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            lib.stalloc_allocator_destroy(self._handle)
+        super().close()

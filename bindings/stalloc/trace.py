@@ -12,6 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ._handle import OwnedHandle
 from ._lib import ffi, lib
 from .errors import check
 
@@ -174,7 +175,7 @@ class Trace:
                 f"lower bound {s.lower_bound} B>")
 
 
-class TraceWriter:
+class TraceWriter(OwnedHandle):
     """Streams events to a trace file with bounded memory; use as a context manager."""
 
     def __init__(self, path):
@@ -190,17 +191,6 @@ class TraceWriter:
             ptr = ffi.cast("const stalloc_event_t*", arr.ctypes.data)
             check(lib.stalloc_trace_writer_append(self._handle, ptr, len(arr)))
 
-    def close(self) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            check(lib.stalloc_trace_writer_close(handle))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            lib.stalloc_trace_writer_close(self._handle)
+    @staticmethod
+    def _release(handle) -> int:
+        return lib.stalloc_trace_writer_close(handle)

@@ -308,16 +308,25 @@ static stalloc_status_t ev_record(void* state, uint64_t stream, void** ev) {
 static bool ev_done(void* state, void* ev) { return ((fake_event*)ev)->done; }
 static void ev_destroy(void* state, void* ev) {}
 
-static void test_streams_and_dynamic(void) {
-  backend_ops ops = st_backend_host;
-  ops.event_record = ev_record;
-  ops.event_done = ev_done;
-  ops.event_destroy = ev_destroy;
+/* A host backend, with the fake events above when `events`. */
+static void* host_backend(backend_ops* ops, bool events, backend_caps* caps) {
+  *ops = st_backend_host;
+  if (events) {
+    ops->event_record = ev_record;
+    ops->event_done = ev_done;
+    ops->event_destroy = ev_destroy;
+  }
   stalloc_options_t o;
   stalloc_options_init(&o);
   void* backend;
+  CHECK_OK(ops->create(&o, &backend, caps));
+  return backend;
+}
+
+static void test_streams_and_dynamic(void) {
+  backend_ops ops;
   backend_caps caps;
-  CHECK_OK(ops.create(&o, &backend, &caps));
+  void* backend = host_backend(&ops, true, &caps);
   st_budget budget = {0};
   /* Iteration: A (planned 0..4096), D (dynamic in window 0: range 8192..16384), B (planned). */
   st_plan_entry iter[3] = {{4096, 0, PLAN_CLASS_PERIODIC, UINT32_MAX},
@@ -370,11 +379,9 @@ static void test_streams_and_dynamic(void) {
 /* Each tiny request gets a slot of its size rounded up to a power of two, at least the tiny
  * alignment, aligned to the slot's size; slots never overlap. */
 static void test_slab_slot_sizes(void) {
-  stalloc_options_t o;
-  stalloc_options_init(&o);
-  void* backend;
+  backend_ops ops;
   backend_caps caps;
-  CHECK_OK(st_backend_host.create(&o, &backend, &caps));
+  void* backend = host_backend(&ops, false, &caps);
   const uint64_t tiny_aligns[] = {16, 64, 512};
   uint64_t reserved[3];
   for (int k = 0; k < 3; k++) {
@@ -420,12 +427,9 @@ static void test_slab_slot_sizes(void) {
  * the window served there as a miss, and an overflow that no longer fits going to the caller's
  * fallback pool; every block served from the pool is disjoint from the others. */
 static void test_arena_grown_and_overflow(void) {
-  backend_ops ops = st_backend_host;
-  stalloc_options_t o;
-  stalloc_options_init(&o);
-  void* backend;
+  backend_ops ops;
   backend_caps caps;
-  CHECK_OK(ops.create(&o, &backend, &caps));
+  void* backend = host_backend(&ops, false, &caps);
   st_budget budget = {0};
   /* Iteration: D (dynamic, window 0), A (planned at 8192), E (planned at 12288); the window's
    * reusable range is the arena [0, 8192). */
@@ -465,15 +469,9 @@ static void test_arena_grown_and_overflow(void) {
 
 /* The slab's stream rule, over the same fake events. */
 static void test_slab_streams(void) {
-  backend_ops ops = st_backend_host;
-  ops.event_record = ev_record;
-  ops.event_done = ev_done;
-  ops.event_destroy = ev_destroy;
-  stalloc_options_t o;
-  stalloc_options_init(&o);
-  void* backend;
+  backend_ops ops;
   backend_caps caps;
-  CHECK_OK(ops.create(&o, &backend, &caps));
+  void* backend = host_backend(&ops, true, &caps);
   st_budget budget = {0};
   st_slab* slab;
   CHECK_OK(st_slab_create(&ops, backend, &caps, &budget, 512, &slab));
@@ -521,16 +519,13 @@ static stalloc_status_t fake_unmap(void* state, void* at, uint64_t size) {
 }
 
 static void test_growable_pool(void) {
-  backend_ops ops = st_backend_host;
+  backend_ops ops;
+  backend_caps caps;
+  void* backend = host_backend(&ops, false, &caps);
   ops.reserve = fake_reserve;
   ops.release = fake_release;
   ops.map = fake_map;
   ops.unmap = fake_unmap;
-  stalloc_options_t o;
-  stalloc_options_init(&o);
-  void* backend;
-  backend_caps caps;
-  CHECK_OK(ops.create(&o, &backend, &caps));
   caps.can_grow = true;
   st_budget budget = {0};
   hand_plan h;
