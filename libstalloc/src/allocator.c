@@ -8,6 +8,13 @@
 #define LOCK(a) pthread_mutex_lock(&(a)->lock)
 #define UNLOCK(a) pthread_mutex_unlock(&(a)->lock)
 
+static stalloc_status_t check_alignment(const char* name, uint64_t value) {
+  if (!st_is_pow2(value) || value > (1ull << 30))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "%s %llu is not a power of two up to 1 GiB", name,
+                   (unsigned long long)value);
+  return STALLOC_OK;
+}
+
 /* Copies the fields the caller's struct_size covers over the defaults. */
 static stalloc_status_t read_options(const stalloc_options_t* in, stalloc_options_t* out) {
   stalloc_options_init(out);
@@ -17,13 +24,10 @@ static stalloc_status_t read_options(const stalloc_options_t* in, stalloc_option
   size_t n = ST_MIN(in->struct_size, sizeof *out);
   memcpy((char*)out + sizeof(size_t), (const char*)in + sizeof(size_t), n - sizeof(size_t));
   out->struct_size = sizeof *out;
-  if (!st_is_pow2(out->alignment) || out->alignment > (1ull << 30))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "alignment %llu is not a power of two up to 1 GiB",
-                   (unsigned long long)out->alignment);
+  stalloc_status_t s = check_alignment("alignment", out->alignment);
+  if (s) return s;
   if (out->tiny_alignment == 0) out->tiny_alignment = out->alignment;
-  if (!st_is_pow2(out->tiny_alignment) || out->tiny_alignment > (1ull << 30))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "tiny_alignment %llu is not 0 or a power of two up to 1 GiB",
-                   (unsigned long long)out->tiny_alignment);
+  if ((s = check_alignment("tiny_alignment", out->tiny_alignment))) return s;
   if (!st_backend_get(out->backend))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", (int)out->backend);
   if (out->device < 0) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "device %d is negative", (int)out->device);
