@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "plan.h"
+#include "plan/plan.h"
 
 #define N 16        /* distinct sizes, one iteration of the plan */
 #define BATCH 4096

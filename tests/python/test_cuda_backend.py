@@ -1,5 +1,5 @@
 """The cuda backend from Python without a GPU: a clear NoDeviceError where no driver is, and
-the allocator over the mock driver (tests/c/mock_cuda_driver.c, compiled here) in a fresh
+the allocator over the mock driver (tests/c/backends/mock_cuda_driver.c, compiled here) in a fresh
 process, since the driver is loaded once per process."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def mock_driver(tmp_path_factory) -> Path:
     if not cc:
         pytest.skip("no C compiler to build the mock driver")
     out = tmp_path_factory.mktemp("mockcu") / "libmockcuda.so"
-    src = REPO / "tests" / "c" / "mock_cuda_driver.c"
+    src = REPO / "tests" / "c" / "backends" / "mock_cuda_driver.c"
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-fvisibility=hidden", "-o", str(out), str(src), "-lpthread"],
                    check=True, capture_output=True)
     return out

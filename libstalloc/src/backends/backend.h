@@ -1,0 +1,51 @@
+/* backend.h - the contract every memory backend fulfils (host, virtual, cuda).
+ *
+ * A backend hands out large, aligned regions ("segments"); the pools above it cut them up.
+ * Every op returns a status and leaves its out-parameters untouched on failure. Ops marked
+ * optional may be NULL. A backend is one file exporting one const backend_ops table. */
+#ifndef STALLOC_BACKEND_H
+#define STALLOC_BACKEND_H
+
+#include "base/internal.h"
+
+typedef struct backend_caps {
+  uint64_t granularity;    /* segments are multiples of this (a page, a CUDA granule) */
+  bool device_accessible;  /* memory is on a device, not readable by the host */
+  bool host_accessible;    /* the host may read and write the bytes */
+  bool can_grow;           /* reserve/map/unmap are provided */
+} backend_caps;
+
+typedef struct backend_ops {
+  const char* name;
+  /* Creates the backend's state for these options. Fails with STALLOC_ERR_NO_DEVICE where
+   * the device or its driver is missing. */
+  stalloc_status_t (*create)(const stalloc_options_t* options, void** state, backend_caps* caps);
+  void (*destroy)(void* state);
+  /* A segment of at least size bytes (a multiple of caps.granularity), aligned to alignment. */
+  stalloc_status_t (*alloc)(void* state, uint64_t size, uint64_t alignment, uint64_t stream,
+                            void** ptr);
+  /* Gives back a segment alloc returned, with its size. */
+  stalloc_status_t (*free)(void* state, void* ptr, uint64_t size);
+
+  /* Optional growable ranges: reserve address space, then back parts of it with memory. */
+  stalloc_status_t (*reserve)(void* state, uint64_t size, void** base);
+  stalloc_status_t (*release)(void* state, void* base, uint64_t size);
+  stalloc_status_t (*map)(void* state, void* at, uint64_t size);
+  stalloc_status_t (*unmap)(void* state, void* at, uint64_t size);
+
+  /* Optional stream ordering. event_record notes the point in `stream`'s work reached now;
+   * event_done says whether the work before that point has finished. NULL ops mean work is
+   * synchronous (host, virtual): every recorded point is already done. */
+  stalloc_status_t (*event_record)(void* state, uint64_t stream, void** event);
+  bool (*event_done)(void* state, void* event);
+  void (*event_destroy)(void* state, void* event);
+} backend_ops;
+
+/* backend.c: the table for a kind; NULL for a kind not built in. */
+const backend_ops* st_backend_get(stalloc_backend_kind_t kind);
+
+extern const backend_ops st_backend_host;
+extern const backend_ops st_backend_virtual;
+extern const backend_ops st_backend_cuda;
+
+#endif

@@ -1,0 +1,54 @@
+/* host.c - aligned host memory: real bytes, for tests and CPU machines. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+
+typedef struct host_state {
+  uint64_t page;
+} host_state;
+
+static stalloc_status_t host_create(const stalloc_options_t* options, void** state, backend_caps* caps) {
+  (void)options;
+  host_state* h = calloc(1, sizeof *h);
+  if (!h) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "host backend: no host memory");
+  long page = sysconf(_SC_PAGESIZE);
+  h->page = page > 0 ? (uint64_t)page : 4096;
+  *state = h;
+  *caps = (backend_caps){.granularity = h->page, .host_accessible = true};
+  return STALLOC_OK;
+}
+
+static void host_destroy(void* state) { free(state); }
+
+static stalloc_status_t host_alloc(void* state, uint64_t size, uint64_t alignment, uint64_t stream,
+                                   void** ptr) {
+  (void)stream;
+  host_state* h = state;
+  uint64_t align = ST_MAX(alignment, h->page);
+  if (size > SIZE_MAX - align) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "host backend: %llu bytes is too large", (unsigned long long)size);
+  void* p = NULL;
+  int rc = posix_memalign(&p, (size_t)align, (size_t)size);
+  if (rc != 0 || !p)
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "host backend: cannot get %llu bytes: %s",
+                   (unsigned long long)size, strerror(rc ? rc : ENOMEM));
+  *ptr = p;
+  return STALLOC_OK;
+}
+
+static stalloc_status_t host_free(void* state, void* ptr, uint64_t size) {
+  (void)state;
+  (void)size;
+  free(ptr);
+  return STALLOC_OK;
+}
+
+const backend_ops st_backend_host = {
+    .name = "host",
+    .create = host_create,
+    .destroy = host_destroy,
+    .alloc = host_alloc,
+    .free = host_free,
+};

@@ -1,0 +1,136 @@
+/* virtual.c - addresses from one reserved, inaccessible range. Nothing is ever
+ * touched, so a trace of a 60 GB GPU run replays on a machine with far less memory; any access
+ * to the memory faults, which is the point. Segments are carved with a first-fit free list so
+ * freed ranges are reused. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backends/backend.h"
+
+typedef struct range {
+  uint64_t start, size;
+} range;
+
+typedef struct virtual_state {
+  uint8_t* base;
+  uint64_t capacity;
+  range* free_ranges; /* sorted by start, coalesced */
+  size_t count, cap;
+} virtual_state;
+
+static stalloc_status_t virtual_create(const stalloc_options_t* options, void** state, backend_caps* caps) {
+  uint64_t capacity = options->virtual_capacity ? options->virtual_capacity : (1ull << 40);
+  capacity = st_align_up(capacity, 1ull << 21);
+  if (!capacity) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "virtual backend: capacity too large");
+  virtual_state* v = calloc(1, sizeof *v);
+  if (!v) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "virtual backend: no host memory");
+  void* base = mmap(NULL, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    free(v);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "virtual backend: cannot reserve %llu bytes of address space: %s",
+                   (unsigned long long)capacity, strerror(errno));
+  }
+  v->base = base;
+  v->capacity = capacity;
+  v->free_ranges = malloc(16 * sizeof *v->free_ranges);
+  if (!v->free_ranges) {
+    munmap(base, capacity);
+    free(v);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "virtual backend: no host memory");
+  }
+  v->cap = 16;
+  v->count = 1;
+  /* Offsets start at the first 2 MiB boundary at or after the base so big alignments hold. */
+  uint64_t lead = st_align_up((uint64_t)(uintptr_t)base, 1ull << 21) - (uint64_t)(uintptr_t)base;
+  v->free_ranges[0] = (range){lead, capacity - lead};
+  *state = v;
+  *caps = (backend_caps){.granularity = 4096};
+  return STALLOC_OK;
+}
+
+static void virtual_destroy(void* state) {
+  virtual_state* v = state;
+  munmap(v->base, v->capacity);
+  free(v->free_ranges);
+  free(v);
+}
+
+static stalloc_status_t virtual_alloc(void* state, uint64_t size, uint64_t alignment, uint64_t stream,
+                                      void** ptr) {
+  (void)stream;
+  virtual_state* v = state;
+  for (size_t i = 0; i < v->count; i++) {
+    range* r = &v->free_ranges[i];
+    uint64_t abs = (uint64_t)(uintptr_t)v->base + r->start;
+    uint64_t pad = st_align_up(abs, alignment) - abs;
+    if (r->size < pad || r->size - pad < size) continue;
+    uint64_t start = r->start + pad;
+    if (pad) {
+      /* Keep the padding as its own free range in front. */
+      if (v->count == v->cap) {
+        range* grown = realloc(v->free_ranges, 2 * v->cap * sizeof *grown);
+        if (!grown) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "virtual backend: no host memory");
+        v->free_ranges = grown;
+        v->cap *= 2;
+        r = &v->free_ranges[i];
+      }
+      memmove(&v->free_ranges[i + 1], &v->free_ranges[i], (v->count - i) * sizeof *r);
+      v->count++;
+      v->free_ranges[i].size = pad;
+      r = &v->free_ranges[i + 1];
+      r->start = start;
+      r->size -= pad;
+    }
+    r->start += size;
+    r->size -= size;
+    if (!r->size) {
+      size_t j = (size_t)(r - v->free_ranges);
+      memmove(r, r + 1, (v->count - j - 1) * sizeof *r);
+      v->count--;
+    }
+    *ptr = v->base + start;
+    return STALLOC_OK;
+  }
+  return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "virtual backend: %llu bytes do not fit in the %llu-byte range",
+                 (unsigned long long)size, (unsigned long long)v->capacity);
+}
+
+static stalloc_status_t virtual_free(void* state, void* ptr, uint64_t size) {
+  virtual_state* v = state;
+  uint64_t start = (uint64_t)((uint8_t*)ptr - v->base);
+  size_t i = 0;
+  while (i < v->count && v->free_ranges[i].start < start) i++;
+  bool join_prev = i > 0 && v->free_ranges[i - 1].start + v->free_ranges[i - 1].size == start;
+  bool join_next = i < v->count && start + size == v->free_ranges[i].start;
+  if (join_prev && join_next) {
+    v->free_ranges[i - 1].size += size + v->free_ranges[i].size;
+    memmove(&v->free_ranges[i], &v->free_ranges[i + 1], (v->count - i - 1) * sizeof(range));
+    v->count--;
+  } else if (join_prev) {
+    v->free_ranges[i - 1].size += size;
+  } else if (join_next) {
+    v->free_ranges[i].start = start;
+    v->free_ranges[i].size += size;
+  } else {
+    if (v->count == v->cap) {
+      range* grown = realloc(v->free_ranges, 2 * v->cap * sizeof *grown);
+      if (!grown) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "virtual backend: no host memory");
+      v->free_ranges = grown;
+      v->cap *= 2;
+    }
+    memmove(&v->free_ranges[i + 1], &v->free_ranges[i], (v->count - i) * sizeof(range));
+    v->free_ranges[i] = (range){start, size};
+    v->count++;
+  }
+  return STALLOC_OK;
+}
+
+const backend_ops st_backend_virtual = {
+    .name = "virtual",
+    .create = virtual_create,
+    .destroy = virtual_destroy,
+    .alloc = virtual_alloc,
+    .free = virtual_free,
+};

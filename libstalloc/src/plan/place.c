@@ -1,0 +1,815 @@
+/* place.c - static placement (place.h): checks the input, finds the lower bound and the
+ * independent partitions with one sweep, places every partition with fast constructive
+ * heuristics, then spends the time limit on branch-and-bound (place_search.c) for the
+ * partition that sets the peak, keeping the best placement found.
+ *
+ * Partitions: sorted by start, the items split wherever no lifetime crosses a time point;
+ * such groups share no time, so each can be placed alone and the peak is the largest of
+ * theirs. Small partitions get several greedy orderings; large ones (a whole training
+ * iteration) get one sweep in time order with best-fit over the free address gaps, which is
+ * O(n * live) and so scales to millions of items. */
+#include "base/clock.h"
+#include "plan/place.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <pthread.h>
+
+#include "plan/place_search.h"
+
+/* Partitions up to this many items get every greedy ordering (quadratic each). */
+#define GREEDY_MAX 4096
+/* Larger partitions up to this many items also get greedy orderings when a time limit is
+ * given, as many as fit before the deadline (each is quadratic). */
+#define GREEDY_BIG 32768
+/* Partitions up to this many items (and without fixed items) get the exact search. */
+#define SEARCH_MAX 2000
+
+static uint64_t round_up(uint64_t x, uint64_t a) {
+  if (a <= 1) return x;
+  uint64_t r = x % a;
+  return r ? x + (a - r) : x;
+}
+
+/* One active item (size > 0, non-empty lifetime) in compressed time. */
+typedef struct pitem {
+  uint32_t lo, hi;   /* compressed lifetime [lo, hi) */
+  uint64_t size;     /* aligned */
+  uint64_t fixed;    /* PLACE_FREE or the offset to keep */
+  uint64_t length;   /* original lifetime length */
+  uint32_t orig;     /* index into the caller's arrays */
+} pitem;
+
+typedef struct placer {
+  pitem* it;          /* active items, sorted by lo */
+  size_t n;
+  uint64_t align;
+  uint64_t* off;      /* per active item: the best offsets found */
+  uint64_t* tmp;      /* scratch offsets */
+  uint32_t* order;    /* scratch */
+  uint64_t* key;      /* scratch sort keys */
+  uint32_t* plist;    /* scratch: placed items sorted by offset */
+  double deadline;
+  const volatile int* cancel;
+  st_place_result* res;
+  int heuristics;     /* the search cycles through the first this many preorderings */
+  atomic_int* stop;   /* set when one thread of the portfolio has proven its peak optimal */
+} placer;
+
+static int cmp_u64(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_pitem_lo(const void* a, const void* b) {
+  const pitem *x = a, *y = b;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return x->orig < y->orig ? -1 : x->orig > y->orig;
+}
+
+/* ---- greedy over one partition [b, e) of p->it ------------------------------------ */
+
+typedef struct keyed {
+  uint64_t k1, k2;
+  uint32_t i;
+} keyed;
+
+static int cmp_keyed(const void* a, const void* b) {
+  const keyed *x = a, *y = b;
+  if (x->k1 != y->k1) return x->k1 > y->k1 ? -1 : 1;
+  if (x->k2 != y->k2) return x->k2 > y->k2 ? -1 : 1;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
+enum { ORD_SIZE, ORD_LENGTH, ORD_AREA, ORD_START, ORD_TOTAL, ORD_COUNT };
+
+/* Fills order[0..m) with partition items in the given ordering (fixed items first). */
+static bool make_order(placer* p, size_t b, size_t e, int how, const uint64_t* sec_max) {
+  size_t m = e - b;
+  keyed* k = malloc((m ? m : 1) * sizeof *k);
+  if (!k) return false;
+  for (size_t j = 0; j < m; j++) {
+    const pitem* x = &p->it[b + j];
+    uint64_t fixed_first = x->fixed != PLACE_FREE ? 1 : 0;
+    uint64_t v = 0, w = x->size;
+    switch (how) {
+      case ORD_SIZE: v = x->size; w = x->length; break;
+      case ORD_LENGTH: v = x->length; break;
+      case ORD_AREA: {
+        long double a = (long double)x->size * (long double)x->length;
+        v = a > 1.8e19L ? UINT64_MAX : (uint64_t)a;
+        break;
+      }
+      case ORD_START: v = UINT64_MAX - x->lo; break;
+      case ORD_TOTAL: v = sec_max[j]; break;
+    }
+    /* fixed items go first whatever the ordering: the others must avoid them */
+    k[j].k1 = fixed_first ? UINT64_MAX : ST_MIN(v, UINT64_MAX - 1);
+    k[j].k2 = fixed_first ? UINT64_MAX - x->lo : w;
+    k[j].i = (uint32_t)(b + j);
+  }
+  qsort(k, m, sizeof *k, cmp_keyed);
+  for (size_t j = 0; j < m; j++) p->order[j] = k[j].i;
+  free(k);
+  return true;
+}
+
+/* Places the partition's items in p->order at the lowest (best_fit: the tightest) gap left
+ * by already-placed items that overlap in time. Writes p->tmp; returns the peak. */
+static uint64_t greedy(placer* p, size_t m, bool best_fit) {
+  size_t np = 0; /* p->plist[0..np): placed items sorted by offset */
+  uint64_t peak = 0;
+  for (size_t j = 0; j < m; j++) {
+    uint32_t i = p->order[j];
+    const pitem* x = &p->it[i];
+    uint64_t o;
+    if (x->fixed != PLACE_FREE) {
+      o = x->fixed;
+    } else {
+      uint64_t cand = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+      for (size_t q = 0; q < np; q++) {
+        const pitem* y = &p->it[p->plist[q]];
+        if (!(y->lo < x->hi && x->lo < y->hi)) continue;
+        uint64_t yo = p->tmp[p->plist[q]];
+        if (yo >= cand && yo - cand >= x->size) {
+          if (!best_fit) break;
+          if (yo - cand < best_gap) {
+            best_gap = yo - cand;
+            best = cand;
+          }
+        }
+        cand = ST_MAX(cand, round_up(yo + y->size, p->align));
+      }
+      o = (best_fit && best != UINT64_MAX) ? best : cand;
+    }
+    p->tmp[i] = o;
+    /* insert into plist by offset */
+    size_t lo = 0, hi = np;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (p->tmp[p->plist[mid]] <= o) lo = mid + 1; else hi = mid;
+    }
+    memmove(p->plist + lo + 1, p->plist + lo, (np - lo) * sizeof(uint32_t));
+    p->plist[lo] = i;
+    np++;
+    peak = ST_MAX(peak, o + x->size);
+  }
+  return peak;
+}
+
+/* ---- sweep in time order with best-fit (large partitions) ------------------------- */
+
+typedef struct heap_ent {
+  uint32_t hi;
+  uint32_t i;
+} heap_ent;
+
+static void heap_push(heap_ent* h, size_t* n, heap_ent v) {
+  size_t c = (*n)++;
+  while (c > 0) {
+    size_t par = (c - 1) / 2;
+    if (h[par].hi <= v.hi) break;
+    h[c] = h[par];
+    c = par;
+  }
+  h[c] = v;
+}
+
+static heap_ent heap_pop(heap_ent* h, size_t* n) {
+  heap_ent top = h[0], v = h[--(*n)];
+  size_t c = 0;
+  for (;;) {
+    size_t l = 2 * c + 1;
+    if (l >= *n) break;
+    if (l + 1 < *n && h[l + 1].hi < h[l].hi) l++;
+    if (h[l].hi >= v.hi) break;
+    h[c] = h[l];
+    c = l;
+  }
+  if (*n) h[c] = v;
+  return top;
+}
+
+/* Items are already sorted by start. Live placed items are kept sorted by offset; expired
+ * ones leave through a min-heap on end time. Fixed items are obstacles for their whole
+ * lifetime, so the free items check the fixed ones overlapping them in time as well. */
+static stalloc_status_t sweep_place(placer* p, size_t b, size_t e, uint64_t* peak_out) {
+  size_t m = e - b, nlive = 0, nheap = 0, nfix = 0;
+  uint32_t* live = malloc((m ? m : 1) * sizeof(uint32_t));
+  heap_ent* heap = malloc((m ? m : 1) * sizeof(heap_ent));
+  uint32_t* fix = malloc((m ? m : 1) * sizeof(uint32_t));
+  uint32_t* obst = malloc((m ? m : 1) * sizeof(uint32_t));
+  if (!live || !heap || !fix || !obst) {
+    free(live); free(heap); free(fix); free(obst);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for %zu items", m);
+  }
+  for (size_t i = b; i < e; i++)
+    if (p->it[i].fixed != PLACE_FREE) {
+      fix[nfix++] = (uint32_t)i;
+      p->tmp[i] = p->it[i].fixed;
+    }
+  uint64_t peak = 0;
+  for (size_t i = b; i < e; i++) {
+    pitem* x = &p->it[i];
+    while (nheap && heap[0].hi <= x->lo) {
+      heap_ent d = heap_pop(heap, &nheap);
+      uint64_t o = p->tmp[d.i];
+      size_t lo = 0, hi = nlive;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->tmp[live[mid]] < o) lo = mid + 1; else hi = mid;
+      }
+      while (lo < nlive && live[lo] != d.i) lo++;
+      if (lo < nlive) {
+        memmove(live + lo, live + lo + 1, (nlive - lo - 1) * sizeof(uint32_t));
+        nlive--;
+      }
+    }
+    uint64_t o;
+    if (x->fixed != PLACE_FREE) {
+      o = x->fixed;
+    } else {
+      const uint32_t* list = live;
+      size_t nl = nlive;
+      if (nfix) { /* merge live and time-overlapping fixed items by offset */
+        size_t a = 0, c = 0, k = 0, nf = 0;
+        /* fixed items not yet reached in the sweep but overlapping x in time; those already
+         * reached are in live. Fixed items are few in practice, so a linear filter. */
+        for (size_t q = 0; q < nfix; q++) {
+          const pitem* y = &p->it[fix[q]];
+          if (fix[q] > i && y->lo < x->hi) obst[m - 1 - nf++] = fix[q];
+        }
+        /* obst tail holds nf future fixed items; sort them by offset (insertion) */
+        uint32_t* ft = obst + m - nf;
+        for (size_t q = 1; q < nf; q++) {
+          uint32_t v = ft[q];
+          size_t r = q;
+          while (r > 0 && p->tmp[ft[r - 1]] > p->tmp[v]) { ft[r] = ft[r - 1]; r--; }
+          ft[r] = v;
+        }
+        if (nf) {
+          /* live items plus nf tail entries never exceed m, so the head has room */
+          while (a < nlive || c < nf) {
+            if (c >= nf || (a < nlive && p->tmp[live[a]] <= p->tmp[ft[c]]))
+              obst[k++] = live[a++];
+            else
+              obst[k++] = ft[c++];
+          }
+          list = obst;
+          nl = k;
+        }
+      }
+      uint64_t cand = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+      for (size_t q = 0; q < nl; q++) {
+        const pitem* y = &p->it[list[q]];
+        uint64_t yo = p->tmp[list[q]];
+        if (yo >= cand && yo - cand >= x->size && yo - cand < best_gap) {
+          best_gap = yo - cand;
+          best = cand;
+        }
+        cand = ST_MAX(cand, round_up(yo + y->size, p->align));
+      }
+      o = best != UINT64_MAX ? best : cand;
+      p->tmp[i] = o;
+    }
+    /* insert into live by offset */
+    size_t lo = 0, hi = nlive;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (p->tmp[live[mid]] <= o) lo = mid + 1; else hi = mid;
+    }
+    memmove(live + lo + 1, live + lo, (nlive - lo) * sizeof(uint32_t));
+    live[lo] = (uint32_t)i;
+    nlive++;
+    heap_push(heap, &nheap, (heap_ent){x->hi, (uint32_t)i});
+    peak = ST_MAX(peak, o + x->size);
+  }
+  free(live); free(heap); free(fix); free(obst);
+  *peak_out = peak;
+  return STALLOC_OK;
+}
+
+/* ---- partitions and the search loop ------------------------------------------------- */
+
+typedef struct part {
+  size_t b, e;        /* items p->it[b..e) */
+  uint32_t tlo, thi;  /* compressed time span */
+  uint64_t peak, lb;  /* best peak found, live-bytes bound of this partition */
+  uint64_t proven;    /* no placement with a peak below this exists */
+  bool has_fixed;
+  st_search* search;  /* created on first use */
+  uint64_t* sol;
+  uint64_t node_limit;
+  uint32_t attempt;
+  uint32_t step_shift; /* improving attempts aim (gap >> step_shift) below the best */
+  bool exhausted;     /* the search cannot help any more */
+  uint32_t *slo_keep, *shi_keep; /* the search's input arrays, freed with it */
+  uint64_t* size_keep;
+} part;
+
+/* Largest live bytes of each item's lifetime within the partition (the ORD_TOTAL key) and
+ * the partition's bound. */
+static bool section_totals(placer* p, part* q, uint64_t* item_max) {
+  uint32_t ns = q->thi - q->tlo;
+  uint64_t* tot = calloc((size_t)ns + 1, sizeof(uint64_t));
+  if (!tot) return false;
+  for (size_t i = q->b; i < q->e; i++) {
+    tot[p->it[i].lo - q->tlo] += p->it[i].size;
+    tot[p->it[i].hi - q->tlo] -= p->it[i].size;
+  }
+  uint64_t run = 0;
+  q->lb = 0;
+  for (uint32_t k = 0; k < ns; k++) {
+    run += tot[k];
+    tot[k] = run;
+    q->lb = ST_MAX(q->lb, run);
+  }
+  if (item_max)
+    for (size_t i = q->b; i < q->e; i++) {
+      uint64_t mx = 0;
+      for (uint32_t k = p->it[i].lo; k < p->it[i].hi; k++) mx = ST_MAX(mx, tot[k - q->tlo]);
+      item_max[i - q->b] = mx;
+    }
+  free(tot);
+  return true;
+}
+
+static stalloc_status_t construct(placer* p, part* q) {
+  size_t m = q->e - q->b;
+  if (m > GREEDY_MAX) {
+    if (!section_totals(p, q, NULL)) goto nomem;
+    stalloc_status_t st = sweep_place(p, q->b, q->e, &q->peak);
+    if (st) return st;
+    memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
+    p->res->orderings_tried++;
+    if (m > GREEDY_BIG || !(p->deadline > 0)) return STALLOC_OK;
+    /* Time allows: greedy orderings too (not by section total: too costly to key here),
+     * each only if the last one's duration still fits before the deadline. */
+    double last = 0;
+    for (int how = 0; how < ORD_COUNT; how++) {
+      if (how == ORD_TOTAL) continue;
+      if (!make_order(p, q->b, q->e, how, NULL)) goto nomem;
+      for (int bf = 0; bf < 2; bf++) {
+        double t = st_now();
+        if (t + last >= p->deadline || st_cancel_requested(p->cancel)) return STALLOC_OK;
+        uint64_t pk = greedy(p, m, bf);
+        last = st_now() - t;
+        p->res->orderings_tried++;
+        if (pk < q->peak) {
+          q->peak = pk;
+          memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
+        }
+      }
+    }
+    return STALLOC_OK;
+  }
+  uint64_t* item_max = malloc(m * sizeof(uint64_t));
+  if (!item_max || !section_totals(p, q, item_max)) {
+    free(item_max);
+    goto nomem;
+  }
+  q->peak = UINT64_MAX;
+  for (int how = 0; how < ORD_COUNT; how++) {
+    if (!make_order(p, q->b, q->e, how, item_max)) {
+      free(item_max);
+      goto nomem;
+    }
+    for (int bf = 0; bf < 2; bf++) {
+      uint64_t pk = greedy(p, m, bf);
+      p->res->orderings_tried++;
+      if (pk < q->peak) {
+        q->peak = pk;
+        memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
+      }
+    }
+  }
+  free(item_max);
+  return STALLOC_OK;
+nomem:
+  return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
+}
+
+static stalloc_status_t search_setup(placer* p, part* q) {
+  size_t m = q->e - q->b;
+  uint32_t* slo = malloc(m * sizeof(uint32_t));
+  uint32_t* shi = malloc(m * sizeof(uint32_t));
+  uint64_t* size = malloc(m * sizeof(uint64_t));
+  uint64_t* len = malloc(m * sizeof(uint64_t));
+  q->sol = malloc(m * sizeof(uint64_t));
+  stalloc_status_t st = STALLOC_OK;
+  if (!slo || !shi || !size || !len || !q->sol) {
+    st = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for the search");
+  } else {
+    for (size_t j = 0; j < m; j++) {
+      const pitem* x = &p->it[q->b + j];
+      slo[j] = x->lo - q->tlo;
+      shi[j] = x->hi - q->tlo;
+      size[j] = x->size;
+      len[j] = x->length;
+    }
+    st_search_input in = {(uint32_t)m, q->thi - q->tlo, size, slo, shi, len, p->align};
+    st = st_search_create(&in, &q->search);
+    /* the search keeps pointers to these arrays: they live as long as it */
+  }
+  if (st) {
+    free(slo); free(shi); free(size); free(len);
+    free(q->sol);
+    q->sol = NULL;
+    return st;
+  }
+  q->node_limit = 2 * (uint64_t)m;
+  q->attempt = 0;
+  q->step_shift = 1;
+  free(len); /* only read at creation (preorder keys) */
+  /* slo, shi and size stay referenced by the search */
+  q->slo_keep = slo;
+  q->shi_keep = shi;
+  q->size_keep = size;
+  return STALLOC_OK;
+}
+
+static void part_free(part* q) {
+  st_search_destroy(q->search);
+  free(q->sol);
+  free(q->slo_keep);
+  free(q->shi_keep);
+  free(q->size_keep);
+}
+
+/* One search attempt on the partition that sets the peak. Attempts alternate between the
+ * lowest capacity not yet ruled out and the midpoint towards the best found (so the peak
+ * improves even when the bound is out of reach), cycling through the preorderings; each
+ * full cycle doubles the node limit, as MiniMalloc's round robin does. */
+static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* stop) {
+  if (!q->search) {
+    stalloc_status_t st = search_setup(p, q);
+    if (st) return st;
+  }
+  uint64_t lo = ST_MAX(goal, q->proven);
+  if (q->peak <= lo) {
+    q->exhausted = true;
+    return STALLOC_OK;
+  }
+  int h = (int)(q->attempt / 2 % (uint32_t)p->heuristics);
+  bool mid = q->attempt % 2 == 1;
+  /* improving attempts aim half the gap below the best, then closer after each failure */
+  uint64_t gap = q->peak - 1 - lo;
+  uint64_t target = mid ? q->peak - 1 - (q->step_shift < 64 ? gap >> q->step_shift : 0) : lo;
+  if (++q->attempt % (2 * (uint32_t)p->heuristics) == 0) q->node_limit *= 2;
+  size_t m = q->e - q->b;
+  p->res->orderings_tried++;
+  st_search_outcome r = st_search_run(q->search, target, h, q->node_limit, p->deadline,
+                                      p->cancel, p->stop, q->sol, &p->res->backtracks);
+  switch (r) {
+    case ST_SEARCH_FOUND: {
+      uint64_t pk = 0;
+      for (size_t j = 0; j < m; j++) pk = ST_MAX(pk, q->sol[j] + p->it[q->b + j].size);
+      if (pk < q->peak) {
+        q->peak = pk;
+        memcpy(p->off + q->b, q->sol, m * sizeof(uint64_t));
+      }
+      q->step_shift = 1;
+      /* a new best is a new problem: start its attempts small again */
+      q->node_limit = ST_MAX(2 * (uint64_t)m, q->node_limit / 4);
+      break;
+    }
+    case ST_SEARCH_NONE: /* a complete search: nothing fits in target */
+      if (target + 1 > q->proven) q->proven = target + 1;
+      q->step_shift = 1;
+      break;
+    case ST_SEARCH_ABORTED:
+      if (mid) q->step_shift++;
+      break;
+    case ST_SEARCH_STOPPED: *stop = true; break;
+    case ST_SEARCH_NOMEM: q->exhausted = true; break; /* keep what we have */
+  }
+  return STALLOC_OK;
+}
+
+static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal, bool* optimal) {
+  *optimal = false;
+  for (;;) {
+    bool other_done = p->stop && atomic_load_explicit(p->stop, memory_order_relaxed);
+    if (st_cancel_requested(p->cancel) || other_done || st_now() >= p->deadline)
+      return STALLOC_OK;
+    part* worst = NULL;
+    for (size_t k = 0; k < np; k++)
+      if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
+    if (!worst || worst->peak <= ST_MAX(goal, worst->proven)) {
+      *optimal = true;
+      if (p->stop) atomic_store(p->stop, 1); /* the other thread cannot do better */
+      return STALLOC_OK;
+    }
+    if (worst->has_fixed || worst->e - worst->b > SEARCH_MAX || worst->exhausted)
+      return STALLOC_OK;
+    bool stop = false;
+    stalloc_status_t st = search_step(p, worst, goal, &stop);
+    if (st || stop) return st;
+  }
+}
+
+/* The search's progress is erratic: which preordering finds the next improvement varies from
+ * instance to instance. A second thread runs the same loop with only MiniMalloc's three
+ * preorderings, and each partition keeps the better of the two placements. */
+typedef struct portfolio_arg {
+  placer p;
+  st_place_result res;
+  part* parts;
+  size_t np;
+  uint64_t goal;
+  bool optimal;
+  stalloc_status_t st;
+} portfolio_arg;
+
+static void* portfolio_main(void* a) {
+  portfolio_arg* w = a;
+  w->st = improve(&w->p, w->parts, w->np, w->goal, &w->optimal);
+  return NULL;
+}
+
+static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uint64_t goal,
+                                          bool* optimal) {
+  /* Worth a thread only if the partition that sets the peak can be searched. */
+  part* worst = NULL;
+  for (size_t k = 0; k < np; k++)
+    if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
+  bool searchable = worst && !worst->has_fixed && worst->e - worst->b <= SEARCH_MAX &&
+                    worst->peak > goal;
+  portfolio_arg* w = searchable ? calloc(1, sizeof *w) : NULL;
+  atomic_int stop = 0;
+  if (w) {
+    p->stop = &stop;
+    w->p = *p;
+    w->p.heuristics = 3;
+    w->p.res = &w->res;
+    w->p.off = malloc((p->n ? p->n : 1) * sizeof(uint64_t));
+    w->parts = malloc((np ? np : 1) * sizeof(part));
+    w->np = np;
+    w->goal = goal;
+    if (w->p.off && w->parts) {
+      memcpy(w->p.off, p->off, p->n * sizeof(uint64_t));
+      memcpy(w->parts, parts, np * sizeof(part));
+    }
+  }
+  pthread_t tid;
+  bool threaded = w && w->p.off && w->parts && pthread_create(&tid, NULL, portfolio_main, w) == 0;
+  stalloc_status_t st = improve(p, parts, np, goal, optimal);
+  if (threaded) {
+    pthread_join(tid, NULL);
+    if (!st && !w->st) {
+      for (size_t k = 0; k < np; k++) {
+        part *a = &parts[k], *b = &w->parts[k];
+        if (b->peak < a->peak) {
+          a->peak = b->peak;
+          memcpy(p->off + a->b, w->p.off + a->b, (a->e - a->b) * sizeof(uint64_t));
+        }
+        a->proven = ST_MAX(a->proven, b->proven);
+      }
+      *optimal = *optimal || w->optimal;
+    }
+    if (!st) st = w->st;
+    p->res->orderings_tried += w->res.orderings_tried;
+    p->res->backtracks += w->res.backtracks;
+    for (size_t k = 0; k < np; k++) part_free(&w->parts[k]);
+  }
+  p->stop = NULL;
+  if (w) {
+    free(w->p.off);
+    free(w->parts);
+    free(w);
+  }
+  return st;
+}
+
+stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_params* params,
+                          uint64_t* offsets, st_place_result* result) {
+  double t0 = st_now();
+  st_place_result res_local;
+  st_place_result* res = result ? result : &res_local;
+  memset(res, 0, sizeof *res);
+  if (n && (!items || !offsets))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "placement: items and offsets must not be NULL");
+  if (n > UINT32_MAX / 2)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "placement: %zu items is too many", n);
+  uint64_t align = params && params->alignment ? params->alignment : 1;
+  double limit = params ? params->time_limit : 0.0;
+  if (!(limit >= 0.0)) /* also catches NaN */
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "placement: time_limit must be >= 0");
+
+  /* Check every item and count the active ones (bytes live for a non-empty time). */
+  size_t na = 0;
+  for (size_t i = 0; i < n; i++) {
+    const st_place_item* x = &items[i];
+    if (x->upper < x->lower)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "placement: item %zu: upper %llu < lower %llu",
+                     i, (unsigned long long)x->upper, (unsigned long long)x->lower);
+    uint64_t sz = round_up(x->size, align);
+    if (sz < x->size)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "placement: item %zu: size %llu overflows when aligned",
+                     i, (unsigned long long)x->size);
+    if (x->fixed_offset != PLACE_FREE && x->fixed_offset > UINT64_MAX - sz - 1)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "placement: item %zu: fixed offset + size overflows", i);
+    if (x->size && x->upper > x->lower) na++;
+  }
+
+  placer P = {0};
+  placer* p = &P;
+  p->align = align;
+  p->heuristics = ST_SEARCH_HEURISTICS;
+  p->cancel = params ? params->cancel : NULL;
+  p->res = res;
+  stalloc_status_t st = STALLOC_OK;
+  part* parts = NULL;
+  size_t nparts = 0;
+  uint64_t* pts = NULL;
+  p->it = malloc((na ? na : 1) * sizeof(pitem));
+  pts = malloc((2 * na + 1) * sizeof(uint64_t));
+  if (!p->it || !pts) goto nomem;
+
+  /* Compress time to the distinct endpoints, so sections are consecutive integers. */
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const st_place_item* x = &items[i];
+    if (!(x->size && x->upper > x->lower)) continue;
+    pts[2 * k] = x->lower;
+    pts[2 * k + 1] = x->upper;
+    k++;
+  }
+  qsort(pts, 2 * na, sizeof(uint64_t), cmp_u64);
+  size_t npts = 0;
+  for (size_t j = 0; j < 2 * na; j++)
+    if (npts == 0 || pts[npts - 1] != pts[j]) pts[npts++] = pts[j];
+  k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const st_place_item* x = &items[i];
+    if (!(x->size && x->upper > x->lower)) continue;
+    pitem* y = &p->it[k++];
+    size_t lo = 0, hi = npts;
+    while (lo < hi) { size_t mid = (lo + hi) / 2; if (pts[mid] < x->lower) lo = mid + 1; else hi = mid; }
+    y->lo = (uint32_t)lo;
+    hi = npts;
+    while (lo < hi) { size_t mid = (lo + hi) / 2; if (pts[mid] < x->upper) lo = mid + 1; else hi = mid; }
+    y->hi = (uint32_t)lo;
+    y->size = round_up(x->size, align);
+    y->fixed = x->fixed_offset;
+    y->length = x->upper - x->lower;
+    y->orig = (uint32_t)i;
+  }
+  free(pts);
+  pts = NULL;
+  p->n = na;
+  qsort(p->it, na, sizeof(pitem), cmp_pitem_lo);
+
+  /* Fixed items must not overlap each other: sweep them in start order against the live
+   * ones (few in practice). */
+  {
+    uint32_t* fl = malloc((na ? na : 1) * sizeof(uint32_t));
+    if (!fl) goto nomem;
+    size_t nf = 0;
+    for (size_t i = 0; i < na && !st; i++) {
+      const pitem* x = &p->it[i];
+      if (x->fixed == PLACE_FREE) continue;
+      size_t w = 0;
+      for (size_t j = 0; j < nf; j++) {
+        const pitem* y = &p->it[fl[j]];
+        if (y->hi <= x->lo) continue; /* expired: drop */
+        fl[w++] = fl[j];
+        /* real sizes: padding to the alignment is not the caller's */
+        uint64_t xs = items[x->orig].size, ys = items[y->orig].size;
+        if (x->fixed < y->fixed + ys && y->fixed < x->fixed + xs)
+          st = st_fail(STALLOC_ERR_INVALID_ARGUMENT,
+                       "placement: fixed items %u and %u overlap in time and address",
+                       y->orig, x->orig);
+      }
+      nf = w;
+      fl[nf++] = (uint32_t)i;
+    }
+    free(fl);
+    if (st) goto done;
+  }
+
+  /* The lower bound and the partitions. */
+  p->off = malloc((na ? na : 1) * sizeof(uint64_t));
+  p->tmp = malloc((na ? na : 1) * sizeof(uint64_t));
+  p->order = malloc((ST_MIN(na, GREEDY_BIG) + 1) * sizeof(uint32_t));
+  p->plist = malloc((ST_MIN(na, GREEDY_BIG) + 1) * sizeof(uint32_t));
+  parts = calloc(na ? na : 1, sizeof(part));
+  if (!p->off || !p->tmp || !p->order || !p->plist || !parts) goto nomem;
+  {
+    size_t b = 0;
+    uint32_t maxhi = 0;
+    for (size_t i = 0; i < na; i++) {
+      if (i > b && p->it[i].lo >= maxhi) {
+        parts[nparts++] = (part){.b = b, .e = i, .tlo = p->it[b].lo, .thi = maxhi};
+        b = i;
+      }
+      maxhi = ST_MAX(maxhi, p->it[i].hi);
+    }
+    if (na) parts[nparts++] = (part){.b = b, .e = na, .tlo = p->it[b].lo, .thi = maxhi};
+  }
+  for (size_t q = 0; q < nparts; q++) {
+    parts[q].has_fixed = false;
+    for (size_t i = parts[q].b; i < parts[q].e; i++)
+      if (p->it[i].fixed != PLACE_FREE) parts[q].has_fixed = true;
+  }
+
+  /* a small margin so that the whole call, joins and copies included, ends within limit */
+  p->deadline = limit > 0.0 ? t0 + limit - ST_MIN(0.05, limit / 20) : 0.0;
+  uint64_t lb = 0, fixed_top = 0;
+  for (size_t q = 0; q < nparts; q++) {
+    if (st_cancel_requested(p->cancel)) {
+      st = st_fail(STALLOC_ERR_CANCELLED, "placement: cancelled");
+      goto done;
+    }
+    st = construct(p, &parts[q]);
+    if (st) goto done;
+    lb = ST_MAX(lb, parts[q].lb);
+    for (size_t i = parts[q].b; i < parts[q].e; i++)
+      if (p->it[i].fixed != PLACE_FREE) fixed_top = ST_MAX(fixed_top, p->it[i].fixed + p->it[i].size);
+  }
+  res->lower_bound = lb;
+
+  /* Improve the partition that sets the peak until the time limit. */
+  bool optimal = false;
+  uint64_t goal = ST_MAX(lb, fixed_top);
+  if (limit > 0.0) {
+    st = improve_portfolio(p, parts, nparts, goal, &optimal);
+    if (st) goto done;
+  }
+
+  /* Results in the caller's order; the peak with the real sizes. */
+  for (size_t i = 0; i < n; i++)
+    offsets[i] = items[i].fixed_offset != PLACE_FREE ? items[i].fixed_offset : 0;
+  uint64_t peak = 0, aligned_peak = 0;
+  for (size_t i = 0; i < na; i++) {
+    offsets[p->it[i].orig] = p->off[i];
+    peak = ST_MAX(peak, p->off[i] + items[p->it[i].orig].size);
+    aligned_peak = ST_MAX(aligned_peak, p->off[i] + p->it[i].size);
+  }
+  res->peak = peak;
+  res->optimal = optimal || aligned_peak <= goal;
+  if (!optimal && nparts) {
+    /* proven by the search: the peak-setting partition cannot go lower */
+    for (size_t q = 0; q < nparts; q++)
+      if (parts[q].peak == aligned_peak && parts[q].proven >= aligned_peak) res->optimal = true;
+  }
+  goto done;
+nomem:
+  st = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for %zu items", n);
+done:
+  for (size_t q = 0; q < nparts; q++) part_free(&parts[q]);
+  free(parts);
+  free(pts);
+  free(p->it);
+  free(p->off);
+  free(p->tmp);
+  free(p->order);
+  free(p->plist);
+  res->seconds = st_now() - t0;
+  return st;
+}
+
+/* ---- public API: a thin wrapper over st_place --------------------------------------- */
+
+void stalloc_place_params_init(stalloc_place_params_t* params) {
+  if (!params) return;
+  memset(params, 0, sizeof *params);
+  params->struct_size = sizeof *params;
+  params->alignment = 1;
+  params->time_limit = 10.0;
+  params->cancel = NULL;
+}
+
+_Static_assert(sizeof(stalloc_place_item_t) == sizeof(st_place_item),
+               "public and internal placement items share a layout");
+
+stalloc_status_t stalloc_place(const stalloc_place_item_t* items, size_t n,
+                               const stalloc_place_params_t* params, uint64_t* offsets,
+                               stalloc_place_result_t* result) {
+  stalloc_place_params_t pp;
+  stalloc_place_params_init(&pp);
+  if (params) {
+    if (params->struct_size < sizeof(size_t) || params->struct_size > sizeof pp)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
+                     "stalloc_place: params->struct_size %zu: call stalloc_place_params_init",
+                     params->struct_size);
+    memcpy(&pp, params, params->struct_size); /* only the fields the caller knows */
+    pp.struct_size = sizeof pp;
+  }
+  if (pp.alignment == 0)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_place: alignment must be >= 1");
+  st_place_params ip = {pp.alignment, pp.time_limit, pp.cancel};
+  st_place_result ir;
+  stalloc_status_t st = st_place((const st_place_item*)items, n, &ip, offsets, &ir);
+  if (result) {
+    stalloc_place_result_t r = {
+        .struct_size = sizeof r, .peak = ir.peak, .lower_bound = ir.lower_bound,
+        .orderings_tried = ir.orderings_tried, .optimal = ir.optimal ? 1u : 0u,
+        .backtracks = ir.backtracks, .seconds = ir.seconds};
+    size_t copy = result->struct_size ? ST_MIN(result->struct_size, sizeof r) : sizeof r;
+    if (st == STALLOC_OK) memcpy(result, &r, copy);
+  }
+  return st;
+}

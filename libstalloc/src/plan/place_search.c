@@ -1,0 +1,521 @@
+/* place_search.c - branch-and-bound over canonical placements (see place_search.h).
+ *
+ * Canonical form: take any valid placement and let every item fall as low as it can; sorted
+ * by offset, each item then sits at 0 or on top of an overlapping item placed before it. So
+ * the search only ever places an unplaced item at its "minimum offset" (the highest top
+ * among its placed overlaps, aligned), in non-decreasing (offset, preorder) order.
+ * Pruning, for every section s of the partition:
+ *   max(floor[s], current offset) + (bytes of unplaced items live in s) <= capacity,
+ * where floor[s] is the top of what is placed in s, raised to the lowest minimum offset of
+ * the unplaced items in s. And dominance: an item whose offset would be at or above some
+ * unplaced item's minimum offset + size leaves a gap that item could fill, so it is skipped.
+ * These are the techniques MiniMalloc (ASPLOS 2023) published; the code is our own. */
+#include "base/clock.h"
+#include "plan/place_search.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct order_entry {
+  uint64_t off;
+  uint32_t pre;
+} order_entry;
+
+typedef struct undo_entry {
+  uint32_t idx;
+  uint64_t val;
+} undo_entry;
+
+typedef struct undo_stack {
+  undo_entry* v;
+  size_t len, cap;
+} undo_stack;
+
+struct st_search {
+  uint32_t n, nsec;
+  uint64_t align;
+  const uint64_t* size;
+  const uint32_t *slo, *shi;
+  uint64_t* length;
+  int heuristic;
+  uint32_t* ov_start; /* CSR: items overlapping item i in time */
+  uint32_t* ov;
+  uint32_t* sm_start; /* CSR: items live in section s */
+  uint32_t* sm;
+  uint64_t* total0;    /* bytes live per section */
+  uint32_t* pre[ST_SEARCH_HEURISTICS]; /* preorder index -> item */
+  /* search state */
+  const uint32_t* cur_pre;
+  uint64_t *minoff, *off, *floor, *total;
+  uint32_t* affected;
+  int32_t* cover;      /* scratch difference array over sections (+1 guard) */
+  uint32_t* witness;   /* per section: a member last seen unplaced at or below the floor */
+  uint32_t* cuts0;     /* per section boundary q|q+1: items crossing it */
+  uint32_t* cuts;      /* the same, counting unplaced items only */
+  uint32_t* cutpoints; /* scratch stack of new zero cuts */
+  size_t ncut, cut_cap;
+  undo_stack umin, ufloor;
+  order_entry* arena;
+  size_t arena_cap;
+  uint64_t cap, node_limit, nodes, backtracks;
+  double deadline;
+  const volatile int* cancel;
+  const atomic_int* stop;
+  uint64_t* out;
+  bool nomem;
+};
+
+static uint64_t round_up(uint64_t x, uint64_t a) {
+  if (a <= 1) return x;
+  uint64_t r = x % a;
+  return r ? x + (a - r) : x;
+}
+
+/* Preordering keys, each descending (MiniMalloc's three defaults). T = the largest section
+ * total the item lives in (how crowded its worst moment is), W = lifetime length,
+ * A = size * lifetime length. */
+typedef struct pre_key {
+  uint64_t k[3];
+  uint32_t item;
+} pre_key;
+
+static int cmp_pre_key(const void* a, const void* b) {
+  const pre_key *x = a, *y = b;
+  for (int i = 0; i < 3; i++)
+    if (x->k[i] != y->k[i]) return x->k[i] > y->k[i] ? -1 : 1;
+  return x->item < y->item ? -1 : x->item > y->item;
+}
+
+static const char heuristic_keys[ST_SEARCH_HEURISTICS][3] = {
+    {'W', 'A', 'T'}, {'T', 'A', 'W'}, {'T', 'W', 'A'}, {'T', 'C', 'A'}, {'C', 'A', 'T'}, {'A', 'T', 'C'}};
+
+/* The preordering key of item i under heuristic h, with section totals `tot` restricted to
+ * sections [rlo, rhi). */
+static void fill_key(const st_search* s, int h, uint32_t i, const uint64_t* tot, uint32_t rlo,
+                     uint32_t rhi, pre_key* key) {
+  uint64_t t = 0;
+  uint32_t a0 = ST_MAX(s->slo[i], rlo), a1 = ST_MIN(s->shi[i], rhi);
+  for (uint32_t k = a0; k < a1; k++) t = ST_MAX(t, tot[k]);
+  key->item = i;
+  for (int c = 0; c < 3; c++) {
+    uint64_t v = 0;
+    switch (heuristic_keys[h][c]) {
+      case 'T': v = t; break;
+      case 'W': v = s->length[i]; break;
+      case 'C': v = s->shi[i] - s->slo[i]; break;
+      case 'A': {
+        long double a = (long double)s->size[i] * (long double)s->length[i];
+        v = a > 1.8e19L ? UINT64_MAX : (uint64_t)a;
+        break;
+      }
+    }
+    key->k[c] = v;
+  }
+}
+
+stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
+  *out = NULL;
+  st_search* s = calloc(1, sizeof *s);
+  if (!s) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement search: no memory");
+  uint32_t n = in->n, ns = in->sections;
+  s->n = n;
+  s->nsec = ns;
+  s->align = in->alignment ? in->alignment : 1;
+  s->size = in->size;
+  s->slo = in->slo;
+  s->shi = in->shi;
+  s->length = malloc((n ? n : 1) * sizeof(uint64_t));
+  if (s->length) memcpy(s->length, in->length, n * sizeof(uint64_t));
+  s->sm_start = calloc((size_t)ns + 1, sizeof(uint32_t));
+  s->total0 = calloc(ns ? ns : 1, sizeof(uint64_t));
+  s->ov_start = calloc((size_t)n + 1, sizeof(uint32_t));
+  s->minoff = calloc(n ? n : 1, sizeof(uint64_t));
+  s->off = calloc(n ? n : 1, sizeof(uint64_t));
+  s->floor = calloc(ns ? ns : 1, sizeof(uint64_t));
+  s->total = calloc(ns ? ns : 1, sizeof(uint64_t));
+  s->affected = calloc(ns ? ns : 1, sizeof(uint32_t));
+  s->cuts0 = calloc(ns ? ns : 1, sizeof(uint32_t));
+  s->witness = calloc(ns ? ns : 1, sizeof(uint32_t));
+  s->cover = calloc((size_t)ns + 1, sizeof(int32_t));
+  s->cuts = calloc(ns ? ns : 1, sizeof(uint32_t));
+  pre_key* keys = calloc(n ? n : 1, sizeof(pre_key));
+  bool ok = s->length && s->sm_start && s->total0 && s->ov_start && s->minoff && s->off && s->floor &&
+            s->total && s->affected && s->cuts0 && s->cuts && s->witness && s->cover && keys;
+  for (int h = 0; ok && h < ST_SEARCH_HEURISTICS; h++)
+    ok = (s->pre[h] = calloc(n ? n : 1, sizeof(uint32_t))) != NULL;
+  if (!ok) goto nomem;
+
+  /* Section membership (CSR) and totals. */
+  size_t members = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t k = in->slo[i]; k < in->shi[i]; k++) {
+      s->sm_start[k + 1]++;
+      s->total0[k] += in->size[i];
+    }
+    members += in->shi[i] - in->slo[i];
+    for (uint32_t k = in->slo[i]; k + 1 < in->shi[i]; k++) s->cuts0[k]++;
+  }
+  for (uint32_t k = 0; k < ns; k++) s->sm_start[k + 1] += s->sm_start[k];
+  s->sm = malloc((members ? members : 1) * sizeof(uint32_t));
+  uint32_t* fill = calloc(ns ? ns : 1, sizeof(uint32_t));
+  if (!s->sm || !fill) {
+    free(fill);
+    goto nomem;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t k = in->slo[i]; k < in->shi[i]; k++) s->sm[s->sm_start[k] + fill[k]++] = i;
+  free(fill);
+  for (uint32_t k = 0; k < ns; k++)
+    if (s->sm_start[k] < s->sm_start[k + 1]) s->witness[k] = s->sm[s->sm_start[k]];
+
+  /* Overlaps (CSR): two items overlap iff their section ranges intersect. Quadratic, but
+   * the search only runs on partitions small enough for that. */
+  size_t pairs = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < n; j++)
+      if (j != i && in->slo[i] < in->shi[j] && in->slo[j] < in->shi[i]) pairs++;
+  s->ov = malloc((pairs ? pairs : 1) * sizeof(uint32_t));
+  if (!s->ov) goto nomem;
+  pairs = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    s->ov_start[i] = (uint32_t)pairs;
+    for (uint32_t j = 0; j < n; j++)
+      if (j != i && in->slo[i] < in->shi[j] && in->slo[j] < in->shi[i]) s->ov[pairs++] = j;
+  }
+  s->ov_start[n] = (uint32_t)pairs;
+
+  /* Preorderings. */
+  for (int h = 0; h < ST_SEARCH_HEURISTICS; h++) {
+    for (uint32_t i = 0; i < n; i++) fill_key(s, h, i, s->total0, 0, ns, &keys[i]);
+    qsort(keys, n, sizeof *keys, cmp_pre_key);
+    for (uint32_t p = 0; p < n; p++) s->pre[h][p] = keys[p].item;
+  }
+  free(keys);
+  *out = s;
+  return STALLOC_OK;
+nomem:
+  free(keys);
+  st_search_destroy(s);
+  return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement search: no memory for %u items", n);
+}
+
+void st_search_destroy(st_search* s) {
+  if (!s) return;
+  free(s->length);
+  free(s->sm_start);
+  free(s->sm);
+  free(s->total0);
+  free(s->ov_start);
+  free(s->ov);
+  for (int h = 0; h < ST_SEARCH_HEURISTICS; h++) free(s->pre[h]);
+  free(s->minoff);
+  free(s->off);
+  free(s->floor);
+  free(s->total);
+  free(s->affected);
+  free(s->cuts0);
+  free(s->witness);
+  free(s->cover);
+  free(s->cuts);
+  free(s->cutpoints);
+  free(s->umin.v);
+  free(s->ufloor.v);
+  free(s->arena);
+  free(s);
+}
+
+static bool undo_push(st_search* s, undo_stack* u, uint32_t idx, uint64_t val) {
+  if (u->len == u->cap) {
+    size_t cap = u->cap ? u->cap * 2 : 1024;
+    undo_entry* v = realloc(u->v, cap * sizeof *v);
+    if (!v) {
+      s->nomem = true;
+      return false;
+    }
+    u->v = v;
+    u->cap = cap;
+  }
+  u->v[u->len].idx = idx;
+  u->v[u->len].val = val;
+  u->len++;
+  return true;
+}
+
+#define UNPLACED UINT64_MAX
+
+/* Places item i at offset o and propagates; the caller undoes with the stack marks. */
+static void place(st_search* s, uint32_t i, uint64_t o) {
+  uint64_t top = o + s->size[i];
+  uint64_t top_aligned = round_up(top, s->align);
+  s->off[i] = o;
+  s->minoff[i] = UINT64_MAX; /* placed: no longer a candidate (one load in the scans) */
+  /* Overlapping unplaced items can now go no lower than this item's top; the sections
+   * they live in are marked with a difference array (their ranges overlap a lot). */
+  uint32_t span_lo = UINT32_MAX, span_hi = 0;
+  for (uint32_t k = s->ov_start[i]; k < s->ov_start[i + 1]; k++) {
+    uint32_t j = s->ov[k];
+    if (s->minoff[j] >= top_aligned) continue; /* also true for placed items */
+    if (!undo_push(s, &s->umin, j, s->minoff[j])) return;
+    s->minoff[j] = top_aligned;
+    s->cover[s->slo[j]]++;
+    s->cover[s->shi[j]]--;
+    span_lo = ST_MIN(span_lo, s->slo[j]);
+    span_hi = ST_MAX(span_hi, s->shi[j]);
+  }
+  uint32_t naff = 0;
+  int32_t run = 0;
+  for (uint32_t q = span_lo; q < span_hi; q++) {
+    run += s->cover[q];
+    s->cover[q] = 0;
+    if (run > 0) s->affected[naff++] = q;
+  }
+  if (span_hi) s->cover[span_hi] = 0;
+  /* The item's sections: the floor rises to its top, its bytes leave the unplaced total. */
+  for (uint32_t q = s->slo[i]; q < s->shi[i]; q++) {
+    if (!undo_push(s, &s->ufloor, q, s->floor[q])) return;
+    s->floor[q] = top;
+    s->total[q] -= s->size[i];
+  }
+  /* Nothing unplaced in a section can go below the lowest minimum offset among them. */
+  for (uint32_t a = 0; a < naff; a++) {
+    uint32_t q = s->affected[a];
+    /* Most often some unplaced member still sits at or below the floor, and then nothing
+     * changes: try the member that showed it last time first, and stop at the first one. */
+    uint64_t fl = s->floor[q];
+    if (s->minoff[s->witness[q]] <= fl) continue;
+    uint64_t lo = UINT64_MAX;
+    for (uint32_t m = s->sm_start[q]; m < s->sm_start[q + 1]; m++) {
+      uint32_t j = s->sm[m];
+      uint64_t v = s->minoff[j]; /* UINT64_MAX once placed */
+      if (v <= fl) {
+        s->witness[q] = j;
+        lo = 0;
+        break;
+      }
+      if (v < lo) lo = v;
+    }
+    if (lo != UINT64_MAX && s->floor[q] < lo) {
+      if (!undo_push(s, &s->ufloor, q, s->floor[q])) return;
+      s->floor[q] = lo;
+    }
+  }
+}
+
+static void unplace(st_search* s, uint32_t i, size_t mark_min, size_t mark_floor) {
+  while (s->ufloor.len > mark_floor) {
+    undo_entry* e = &s->ufloor.v[--s->ufloor.len];
+    s->floor[e->idx] = e->val;
+  }
+  for (uint32_t q = s->slo[i]; q < s->shi[i]; q++) s->total[q] += s->size[i];
+  while (s->umin.len > mark_min) {
+    undo_entry* e = &s->umin.v[--s->umin.len];
+    s->minoff[e->idx] = e->val;
+  }
+  s->minoff[i] = s->off[i]; /* it was placed at its minimum offset */
+  s->off[i] = UNPLACED;
+}
+
+static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint32_t rhi) {
+  for (uint32_t q = rlo; q < rhi; q++) {
+    uint64_t f = ST_MAX(s->floor[q], offset);
+    if (f > s->cap || s->total[q] > s->cap - f) return false;
+  }
+  return true;
+}
+
+static bool entry_less(order_entry a, order_entry b) {
+  return a.off < b.off || (a.off == b.off && a.pre < b.pre);
+}
+
+static bool ensure_arena(st_search* s, size_t need) {
+  if (need <= s->arena_cap) return true;
+  size_t cap = ST_MAX(s->arena_cap * 2, need + 1024);
+  order_entry* a = realloc(s->arena, cap * sizeof *a);
+  if (!a) return false;
+  s->arena = a;
+  s->arena_cap = cap;
+  return true;
+}
+
+static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
+                             uint64_t last_off, uint32_t last_pre, uint32_t rlo, uint32_t rhi);
+
+/* Dynamic decomposition: once no unplaced item crosses a section boundary, the two sides
+ * are independent problems; solving them one after the other (instead of interleaved)
+ * stops the search from re-trying one side's choices for every choice on the other. */
+static st_search_outcome split(st_search* s, size_t base, uint32_t len, size_t cut_mark,
+                               uint32_t rlo, uint32_t rhi) {
+  /* cutpoints[cut_mark..ncut) are new boundaries inside (rlo, rhi); sort them (few). */
+  size_t nc = s->ncut - cut_mark;
+  uint32_t* c = malloc((nc ? nc : 1) * sizeof(uint32_t)); /* nested searches may move cutpoints */
+  if (!c) return ST_SEARCH_NOMEM;
+  memcpy(c, s->cutpoints + cut_mark, nc * sizeof(uint32_t));
+  for (size_t a = 1; a < nc; a++) {
+    uint32_t v = c[a];
+    size_t b = a;
+    while (b > 0 && c[b - 1] > v) { c[b] = c[b - 1]; b--; }
+    c[b] = v;
+  }
+  size_t sub = base + len;
+  for (size_t k = 0; k <= nc; k++) {
+    uint32_t lo = k == 0 ? rlo : c[k - 1], hi = k == nc ? rhi : c[k];
+    if (!ensure_arena(s, sub + 2 * (size_t)len + 2)) {
+      free(c);
+      return ST_SEARCH_NOMEM;
+    }
+    uint32_t m = 0;
+    for (uint32_t j = 0; j < len; j++) {
+      order_entry e = s->arena[base + j];
+      uint32_t i = s->cur_pre[e.pre];
+      if (s->off[i] == UNPLACED && s->slo[i] < hi && lo < s->shi[i]) s->arena[sub + m++] = e;
+    }
+    if (m == 0) continue;
+    /* A fresh preorder for the subproblem, from the totals still unplaced in its sections
+     * (what is crowded has changed since the start). */
+    pre_key* keys = malloc(m * sizeof *keys);
+    uint32_t* map = malloc(m * sizeof *map);
+    if (!keys || !map) {
+      free(keys);
+      free(map);
+      free(c);
+      return ST_SEARCH_NOMEM;
+    }
+    for (uint32_t j = 0; j < m; j++)
+      fill_key(s, s->heuristic, s->cur_pre[s->arena[sub + j].pre], s->total, lo, hi, &keys[j]);
+    qsort(keys, m, sizeof *keys, cmp_pre_key);
+    for (uint32_t j = 0; j < m; j++) {
+      map[j] = keys[j].item;
+      s->arena[sub + j] = (order_entry){s->minoff[keys[j].item], j};
+    }
+    free(keys);
+    const uint32_t* saved = s->cur_pre;
+    s->cur_pre = map;
+    st_search_outcome r = dfs(s, sub, m, 0, 0, lo, hi);
+    s->cur_pre = saved;
+    free(map);
+    if (r != ST_SEARCH_FOUND) {
+      free(c);
+      return r;
+    }
+  }
+  free(c);
+  /* the sub-searches wrote their own items; this path's placed items are written here
+   * (a leaf may never be reached when the split leaves nothing unplaced) */
+  for (uint32_t i = 0; i < s->n; i++)
+    if (s->off[i] != UNPLACED) s->out[i] = s->off[i];
+  return ST_SEARCH_FOUND;
+}
+
+static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
+                             uint64_t last_off, uint32_t last_pre, uint32_t rlo, uint32_t rhi) {
+  if (s->nodes >= s->node_limit) return ST_SEARCH_ABORTED;
+  s->nodes++;
+  if ((s->nodes & 255) == 0 &&
+      (st_cancel_requested(s->cancel) || (s->stop && atomic_load_explicit(s->stop, memory_order_relaxed)) || st_now() > s->deadline))
+    return ST_SEARCH_STOPPED;
+
+  /* This node's ordering: the parent's minus placed items, re-sorted by current minimum
+   * offset (they only grow, so an insertion sort on the nearly sorted list is cheap). */
+  size_t base = parent + parent_len;
+  if (!ensure_arena(s, base + 2 * (size_t)parent_len + 2)) return ST_SEARCH_NOMEM;
+  order_entry* ord = s->arena + base;
+  const order_entry* par = s->arena + parent;
+  uint32_t len = 0;
+  uint64_t min_height = UINT64_MAX;
+  for (uint32_t k = 0; k < parent_len; k++) {
+    uint32_t i = s->cur_pre[par[k].pre];
+    if (s->off[i] != UNPLACED) continue;
+    order_entry e = {s->minoff[i], par[k].pre};
+    uint32_t p = len++;
+    while (p > 0 && entry_less(e, ord[p - 1])) {
+      ord[p] = ord[p - 1];
+      p--;
+    }
+    ord[p] = e;
+    if (e.off + s->size[i] < min_height) min_height = e.off + s->size[i];
+  }
+  if (len == 0) {
+    for (uint32_t i = 0; i < s->n; i++)
+      if (s->off[i] != UNPLACED) s->out[i] = s->off[i];
+    return ST_SEARCH_FOUND;
+  }
+  for (uint32_t k = 0; k < len; k++) {
+    order_entry e = s->arena[base + k]; /* re-read: a child may have moved the arena */
+    if (e.off >= min_height) break;     /* dominance: it would leave a fillable gap */
+    if (e.off < last_off || (e.off == last_off && e.pre < last_pre)) continue; /* canonical */
+    uint32_t i = s->cur_pre[e.pre];
+    if (e.off > s->cap || s->size[i] > s->cap - e.off) continue;
+    size_t mark_min = s->umin.len, mark_floor = s->ufloor.len, cut_mark = s->ncut;
+    place(s, i, e.off);
+    /* boundaries this item crossed: any now crossed by no unplaced item splits the range */
+    for (uint32_t q = s->slo[i]; q + 1 < s->shi[i] && !s->nomem; q++)
+      if (--s->cuts[q] == 0 && q + 1 > rlo && q + 1 < rhi) {
+        if (s->ncut == s->cut_cap) {
+          size_t cap = s->cut_cap ? s->cut_cap * 2 : 256;
+          uint32_t* v = realloc(s->cutpoints, cap * sizeof *v);
+          if (!v) { s->nomem = true; break; }
+          s->cutpoints = v;
+          s->cut_cap = cap;
+        }
+        s->cutpoints[s->ncut++] = q + 1;
+      }
+    st_search_outcome r = ST_SEARCH_NONE;
+    if (s->nomem)
+      r = ST_SEARCH_NOMEM;
+    else if (sections_fit(s, e.off, rlo, rhi))
+      r = s->ncut > cut_mark ? split(s, base, len, cut_mark, rlo, rhi)
+                             : dfs(s, base, len, e.off, e.pre, rlo, rhi);
+    for (uint32_t q = s->slo[i]; q + 1 < s->shi[i]; q++) s->cuts[q]++;
+    s->ncut = cut_mark;
+    unplace(s, i, mark_min, mark_floor);
+    if (r != ST_SEARCH_NONE) return r;
+  }
+  s->backtracks++;
+  return ST_SEARCH_NONE;
+}
+
+st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
+                                uint64_t node_limit, double deadline,
+                                const volatile int* cancel, const atomic_int* stop,
+                                uint64_t* offsets, uint64_t* backtracks) {
+  s->cap = capacity;
+  s->node_limit = node_limit;
+  s->nodes = 0;
+  s->backtracks = 0;
+  s->deadline = deadline;
+  s->cancel = cancel;
+  s->stop = stop;
+  s->out = offsets;
+  s->nomem = false;
+  s->heuristic = heuristic % ST_SEARCH_HEURISTICS;
+  s->cur_pre = s->pre[s->heuristic];
+  s->umin.len = s->ufloor.len = 0;
+  for (uint32_t i = 0; i < s->n; i++) {
+    s->off[i] = UNPLACED;
+    s->minoff[i] = 0;
+  }
+  for (uint32_t q = 0; q < s->nsec; q++) {
+    s->floor[q] = 0;
+    s->total[q] = s->total0[q];
+    s->cuts[q] = s->cuts0[q];
+  }
+  s->ncut = 0;
+  st_search_outcome r;
+  if (!sections_fit(s, 0, 0, s->nsec)) {
+    r = ST_SEARCH_NONE;
+  } else {
+    /* The root's "parent" ordering: every item in preorder, at arena position 0. */
+    if (s->arena_cap < 2 * (size_t)s->n + 1024) {
+      size_t cap = 2 * (size_t)s->n + 1024;
+      order_entry* a = realloc(s->arena, cap * sizeof *a);
+      if (!a) return ST_SEARCH_NOMEM;
+      s->arena = a;
+      s->arena_cap = cap;
+    }
+    for (uint32_t p = 0; p < s->n; p++) s->arena[p] = (order_entry){0, p};
+    for (uint32_t i = 0; i < s->n; i++) offsets[i] = UNPLACED;
+    r = dfs(s, 0, s->n, 0, 0, 0, s->nsec);
+  }
+  if (backtracks) *backtracks += s->backtracks;
+  return r;
+}

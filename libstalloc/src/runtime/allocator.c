@@ -1,0 +1,356 @@
+/* allocator.c - the allocator's entry points: argument checks, locking, the pointer table and
+ * statistics, dispatch to the pools. No placement algorithm lives here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/allocator.h"
+#include "runtime/record.h"
+
+#define LOCK(a) pthread_mutex_lock(&(a)->lock)
+#define UNLOCK(a) pthread_mutex_unlock(&(a)->lock)
+
+static stalloc_status_t check_alignment(const char* name, uint64_t value) {
+  if (!st_is_pow2(value) || value > (1ull << 30))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "%s %llu is not a power of two up to 1 GiB", name,
+                   (unsigned long long)value);
+  return STALLOC_OK;
+}
+
+/* Copies the fields the caller's struct_size covers over the defaults. */
+static stalloc_status_t read_options(const stalloc_options_t* in, stalloc_options_t* out) {
+  stalloc_options_init(out);
+  if (!in) return STALLOC_OK;
+  if (in->struct_size < sizeof(size_t))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "options.struct_size is %zu: call stalloc_options_init first", in->struct_size);
+  size_t n = ST_MIN(in->struct_size, sizeof *out);
+  memcpy((char*)out + sizeof(size_t), (const char*)in + sizeof(size_t), n - sizeof(size_t));
+  out->struct_size = sizeof *out;
+  stalloc_status_t s = check_alignment("alignment", out->alignment);
+  if (s) return s;
+  if (out->tiny_alignment == 0) out->tiny_alignment = out->alignment;
+  if ((s = check_alignment("tiny_alignment", out->tiny_alignment))) return s;
+  if (!st_backend_get(out->backend))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", (int)out->backend);
+  if (out->device < 0) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "device %d is negative", (int)out->device);
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options, stalloc_allocator_t** out) {
+  if (!out) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "allocator_create: NULL out-parameter");
+  *out = NULL;
+  stalloc_allocator_t* a = calloc(1, sizeof *a);
+  if (!a) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "allocator_create: no host memory");
+  stalloc_status_t s = read_options(options, &a->options);
+  if (s) {
+    free(a);
+    return s;
+  }
+  a->options.record_path = NULL; /* not kept: the caller owns that string */
+  a->ops = st_backend_get(a->options.backend);
+  s = a->ops->create(&a->options, &a->backend, &a->caps);
+  if (s) {
+    free(a);
+    return s;
+  }
+  a->budget.limit = a->options.memory_limit;
+  s = st_fallback_create(a->ops, a->backend, &a->caps, a->options.alignment, &a->budget, &a->fallback);
+  if (s) {
+    a->ops->destroy(a->backend);
+    free(a);
+    return s;
+  }
+  /* The critical section is short (tens of ns): spin a little before sleeping in the kernel;
+   * bench/c/bench_hot_path.c measures the difference under contention. */
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+  pthread_mutex_init(&a->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
+  u64map_init(&a->live);
+  stalloc_stats_init(&a->stats);
+  a->next_id = 1;
+  if (options && options->struct_size >= offsetof(stalloc_options_t, record_path) + sizeof(char*) &&
+      options->record_path) {
+    s = stalloc_allocator_record_start(a, options->record_path);
+    if (s) {
+      stalloc_allocator_destroy(a);
+      return s;
+    }
+  }
+  *out = a;
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "allocator_destroy: NULL allocator");
+  stalloc_status_t s = stalloc_allocator_record_stop(a);
+  for (size_t i = 0; i < a->live.capacity; i++)
+    if (a->live.slots[i].key) free((live_block*)(uintptr_t)a->live.slots[i].value);
+  for (live_block *r = a->spare_records, *next; r; r = next) {
+    next = r->next_spare;
+    free(r);
+  }
+  u64map_destroy(&a->live);
+  st_runtime_destroy(a->runtime);
+  st_slab_destroy(a->slab);
+  st_fallback_destroy(a->fallback);
+  a->ops->destroy(a->backend);
+  pthread_mutex_destroy(&a->lock);
+  free(a);
+  return s;
+}
+
+static live_block* new_record(stalloc_allocator_t* a) {
+  live_block* r = a->spare_records;
+  if (r) a->spare_records = r->next_spare;
+  else r = malloc(sizeof *r);
+  return r;
+}
+
+static void drop_record(stalloc_allocator_t* a, live_block* r) {
+  r->next_spare = a->spare_records;
+  a->spare_records = r;
+}
+
+static void count_alloc(stalloc_allocator_t* a, uint64_t size) {
+  stalloc_stats_t* st = &a->stats;
+  st->allocated_bytes += size;
+  if (st->allocated_bytes > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_bytes;
+  st->active_blocks++;
+  if (st->active_blocks > st->peak_active_blocks) st->peak_active_blocks = st->active_blocks;
+  st->alloc_count++;
+}
+
+/* Picks the pool: in plan mode the runtime decides (planned offset, reusable space, slab or
+ * fallback); otherwise the fallback pool serves everything. Lock held. */
+static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, uint64_t stream, void** p,
+                                       void** handle, uint8_t* origin) {
+  a->allocs_seen++;
+  if (a->runtime) {
+    st_rt_outcome outcome;
+    st_range_node* node = NULL;
+    stalloc_status_t s = st_runtime_alloc(a->runtime, size, stream, &outcome, p, &node);
+    if (s) return s;
+    if (outcome == RT_HIT || outcome == RT_DYNAMIC) {
+      *handle = node;
+      *origin = ORIGIN_PLAN;
+      return STALLOC_OK;
+    }
+    if (outcome == RT_TINY && st_slab_alloc(a->slab, size, stream, p, (st_slot**)handle) == STALLOC_OK) {
+      *origin = ORIGIN_SLAB;
+      return STALLOC_OK;
+    }
+  }
+  st_block* block;
+  stalloc_status_t s = st_fallback_alloc(a->fallback, size, stream, p, &block);
+  if (s) return s;
+  *handle = block;
+  *origin = ORIGIN_FALLBACK;
+  a->stats.fallback_allocs++;
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, int32_t device,
+                                         uint64_t stream, void** ptr) {
+  if (!a || !ptr) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "alloc: NULL argument");
+  *ptr = NULL;
+  if (size == 0) return STALLOC_OK;
+  if (device != a->options.device)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "alloc: device %d, but this allocator serves device %d",
+                   (int)device, (int)a->options.device);
+  LOCK(a);
+  live_block* r = new_record(a);
+  stalloc_status_t s;
+  if (!r || !u64map_reserve(&a->live, a->live.count + 1)) {
+    if (r) drop_record(a, r);
+    s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "alloc: no host memory for bookkeeping");
+  } else {
+    void* p;
+    void* handle;
+    uint8_t origin;
+    s = dispatch_alloc(a, size, stream, &p, &handle, &origin);
+    if (s) {
+      drop_record(a, r);
+    } else {
+      *r = (live_block){.ptr = p, .size = size, .id = a->next_id++, .stream = stream,
+                        .recording = a->recorder ? a->recording : 0, .device = (int16_t)device,
+                        .origin = origin, .handle = handle};
+      u64map_put(&a->live, (uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)r);
+      count_alloc(a, size);
+      st_record_event(a, STALLOC_EVENT_ALLOC, r->id, size, p, stream, device, 0);
+      *ptr = p;
+    }
+  }
+  if (s == STALLOC_ERR_OUT_OF_MEMORY) {
+    a->stats.failed_allocs++;
+    st_record_event(a, STALLOC_EVENT_ALLOC_FAILED, 0, size, NULL, stream, device, 0);
+    char detail[1024];
+    strncpy(detail, stalloc_last_error(), sizeof detail - 1);
+    detail[sizeof detail - 1] = '\0';
+    uint64_t reserved = a->budget.reserved, allocated = a->stats.allocated_bytes;
+    UNLOCK(a);
+    return st_fail(s, "out of memory: asked %zu bytes with %llu allocated and %llu reserved (%s)", size,
+                   (unsigned long long)allocated, (unsigned long long)reserved, detail);
+  }
+  UNLOCK(a);
+  return s;
+}
+
+/* Looks up a live block; tells a double free from a pointer never given out. Lock held. */
+static stalloc_status_t find_live(stalloc_allocator_t* a, const void* ptr, const char* what, live_block** out) {
+  uint64_t* v = u64map_get(&a->live, (uint64_t)(uintptr_t)ptr);
+  if (v) {
+    *out = (live_block*)(uintptr_t)*v;
+    return STALLOC_OK;
+  }
+  for (size_t i = 0; i < FREED_RING; i++)
+    if (a->freed[i] == (uintptr_t)ptr)
+      return st_fail(STALLOC_ERR_DOUBLE_FREE, "%s: %p was already freed", what, ptr);
+  return st_fail(STALLOC_ERR_UNKNOWN_POINTER, "%s: %p was not given out by this allocator (or not recently)", what, ptr);
+}
+
+static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream) {
+  u64map_remove(&a->live, (uint64_t)(uintptr_t)r->ptr, NULL);
+  switch (r->origin) {
+    case ORIGIN_PLAN: st_runtime_free(a->runtime, r->handle, stream); break;
+    case ORIGIN_SLAB: st_slab_free(a->slab, r->handle, stream); break;
+    default: st_fallback_free(a->fallback, r->handle, stream); break;
+  }
+  a->freed[a->freed_next] = (uintptr_t)r->ptr;
+  a->freed_next = (a->freed_next + 1) % FREED_RING;
+  a->stats.allocated_bytes -= r->size;
+  a->stats.active_blocks--;
+  a->stats.free_count++;
+  st_record_event(a, STALLOC_EVENT_FREE, r->id, r->size, r->ptr, stream, r->device,
+                  r->recording && r->recording == a->recording ? 0 : STALLOC_EVENT_FLAG_UNMATCHED);
+  drop_record(a, r);
+}
+
+stalloc_status_t stalloc_allocator_free(stalloc_allocator_t* a, void* ptr) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "free: NULL allocator");
+  if (!ptr) return STALLOC_OK;
+  LOCK(a);
+  live_block* r = NULL;
+  stalloc_status_t s = find_live(a, ptr, "free", &r);
+  if (!s) release_live(a, r, r->stream);
+  UNLOCK(a);
+  return s;
+}
+
+stalloc_status_t stalloc_allocator_free_sized(stalloc_allocator_t* a, void* ptr, size_t size,
+                                              int32_t device, uint64_t stream) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "free: NULL allocator");
+  if (!ptr) return STALLOC_OK;
+  LOCK(a);
+  live_block* r = NULL;
+  stalloc_status_t s = find_live(a, ptr, "free", &r);
+  if (!s && (r->size != size || r->device != device))
+    s = st_fail(STALLOC_ERR_INVALID_ARGUMENT,
+                "free: %p was allocated with %llu bytes on device %d, freed with %zu bytes on device %d",
+                ptr, (unsigned long long)r->size, (int)r->device, size, (int)device);
+  /* The block's last use may be queued on the stream it is freed on. */
+  if (!s) release_live(a, r, stream);
+  UNLOCK(a);
+  return s;
+}
+
+stalloc_status_t stalloc_allocator_block_size(stalloc_allocator_t* a, const void* ptr, size_t* size) {
+  if (!a || !size) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "block_size: NULL argument");
+  LOCK(a);
+  live_block* r = NULL;
+  stalloc_status_t s = find_live(a, ptr, "block_size", &r);
+  if (!s) *size = r->size;
+  UNLOCK(a);
+  return s;
+}
+
+stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* a) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "release_cached: NULL allocator");
+  LOCK(a);
+  st_fallback_release_cached(a->fallback);
+  UNLOCK(a);
+  return STALLOC_OK;
+}
+
+void stalloc_stats_init(stalloc_stats_t* s) {
+  if (!s) return;
+  memset(s, 0, sizeof *s);
+  s->struct_size = sizeof *s;
+}
+
+stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* a, stalloc_stats_t* out) {
+  if (!a || !out || out->struct_size < sizeof(size_t))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stats: NULL argument or stats not initialised");
+  LOCK(a);
+  stalloc_stats_t s = a->stats;
+  s.reserved_bytes = a->budget.reserved;
+  s.peak_reserved_bytes = a->budget.peak_reserved;
+  s.segment_count = a->budget.segments;
+  s.backend_allocs = a->budget.backend_allocs;
+  s.backend_frees = a->budget.backend_frees;
+  if (a->runtime) {
+    const st_runtime_counters* c = st_runtime_counters_of(a->runtime);
+    s.plan_hits = c->hits;
+    s.plan_misses = c->misses;
+    s.resyncs = c->resyncs;
+    s.dynamic_allocs = c->dynamic;
+  }
+  UNLOCK(a);
+  size_t n = ST_MIN(out->struct_size, sizeof s);
+  memcpy((char*)out + sizeof(size_t), (char*)&s + sizeof(size_t), n - sizeof(size_t));
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* a) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "reset_peaks: NULL allocator");
+  LOCK(a);
+  stalloc_stats_t* s = &a->stats;
+  s->peak_allocated_bytes = s->allocated_bytes;
+  s->peak_active_blocks = s->active_blocks;
+  a->budget.peak_reserved = a->budget.reserved;
+  s->alloc_count = s->free_count = s->failed_allocs = 0;
+  s->plan_hits = s->plan_misses = s->resyncs = s->dynamic_allocs = s->fallback_allocs = 0;
+  s->steps = 0;
+  if (a->runtime) st_runtime_reset_counters(a->runtime);
+  a->budget.backend_allocs = a->budget.backend_frees = 0;
+  UNLOCK(a);
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t step) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "step_begin: NULL allocator");
+  LOCK(a);
+  a->stats.steps++;
+  if (a->runtime) st_runtime_step(a->runtime);
+  st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
+  UNLOCK(a);
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struct stalloc_plan* plan) {
+  if (!a || !plan) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: NULL argument");
+  LOCK(a);
+  stalloc_status_t s = STALLOC_OK;
+  st_runtime* rt = NULL;
+  st_slab* slab = NULL;
+  if (a->runtime) {
+    s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: this allocator already serves a plan");
+  } else {
+    /* Blocks already live stay in the fallback pool; the plan's positions count from the
+     * first alloc of the run. */
+    s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment, plan,
+                          a->allocs_seen, &rt);
+    if (!s) s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.tiny_alignment, &slab);
+    if (s) {
+      st_runtime_destroy(rt);
+    } else {
+      a->runtime = rt;
+      a->slab = slab;
+      st_fallback_exact_segments(a->fallback, true);
+    }
+  }
+  UNLOCK(a);
+  return s;
+}

@@ -1,0 +1,614 @@
+/* runtime.c - serving a run from a plan: the hot path of plan mode (see runtime.h, plan.h).
+ *
+ * Matching. A cursor holds the position the next alloc is expected at: positions 0..P-1 are
+ * the prologue, P.. repeat the iteration forever. A request whose size equals the entry's (any
+ * size for a dynamic entry) advances the cursor. Otherwise the runtime looks around the cursor
+ * for a position with that size whose preceding entries match the sizes of the last requests
+ * (a score that allows for one dropped or resized request), and jumps there when the evidence
+ * is strong enough for the distance, the nearest on a tie: that is a resync. With no such position the request is a miss and the cursor stays, so one extra
+ * request costs one miss; a dropped or resized one costs one miss plus a resync.
+ *
+ * Safety. The plan says which entries may share bytes, but a run that diverges (a tensor freed
+ * late, a missed free, a plan from another run) breaks that promise. So every block in the pool
+ * is a node of an interval treap (ordered by offset, augmented with the largest end in each
+ * subtree), and a planned range is handed out only when no live node overlaps it: one
+ * O(log n) query, whatever the plan says. A block freed on a stream with pending work stays
+ * in the treap as "pending" until its event is done; only its own stream may reuse it before.
+ *
+ * Dynamic requests (a dynamic entry, or a miss inside a reuse window) go best-fit into the
+ * window's reusable ranges minus the nodes live there now (the planner reserves an arena in
+ * them for the window's dynamic bytes); what does not fit goes back to the caller for the
+ * fallback pool. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+#include "runtime/slab.h"
+
+#define HISTORY 8      /* sizes of past requests compared when scoring a resync candidate */
+#define WINDOW 64      /* positions searched each way around the cursor */
+#define LOST_EXTRA 256 /* how much further forward the search reaches after many misses */
+#define DOOMED_MAX 16
+
+enum { NODE_LIVE = 1, NODE_PENDING = 2 };
+
+struct st_range_node {
+  uint64_t start, end, max_end;
+  st_range_node *left, *right;
+  uint32_t prio;
+  uint8_t state;
+  uint64_t stream;
+  void* event;
+  st_range_node *pnext, *pprev; /* pending list (oldest first); pnext also links spares */
+};
+
+struct st_runtime {
+  const backend_ops* ops;
+  void* backend;
+  st_budget* budget;
+  uint64_t alignment;
+  uint8_t* base;
+  uint64_t pool_size;
+  bool pool_mapped; /* reserve+map rather than alloc */
+
+  st_plan_entry* entries; /* prologue then one iteration */
+  uint64_t P, I;
+  uint32_t* window_of;    /* per iteration position: reuse window or UINT32_MAX */
+  st_reuse_window* windows;
+  size_t window_count;
+  st_reuse_range* ranges;
+  bool use_steps;
+
+  uint64_t cursor;    /* virtual position of the next alloc */
+  uint64_t cur_idx;   /* its entry index, or P + I when there is none */
+  uint64_t lost;      /* misses since the last match */
+  uint64_t hist[HISTORY]; /* hist[0] = the previous request's size */
+
+  st_range_node* root;
+  st_range_node* spare;
+  st_range_node *pending_head, *pending_tail;
+  st_range_node* doomed[DOOMED_MAX];
+  size_t doomed_count;
+  uint32_t rng;
+  st_runtime_counters c;
+};
+
+/* ---- interval treap keyed by (start, node address) ---- */
+
+static inline bool node_less(const st_range_node* a, const st_range_node* b) {
+  return a->start < b->start || (a->start == b->start && a < b);
+}
+
+static inline void update(st_range_node* t) {
+  uint64_t m = t->end;
+  if (t->left && t->left->max_end > m) m = t->left->max_end;
+  if (t->right && t->right->max_end > m) m = t->right->max_end;
+  t->max_end = m;
+}
+
+/* Splits t into keys < k (l) and keys >= k (r). */
+static void split(st_range_node* t, const st_range_node* k, st_range_node** l, st_range_node** r) {
+  if (!t) {
+    *l = *r = NULL;
+  } else if (node_less(t, k)) {
+    split(t->right, k, &t->right, r);
+    *l = t;
+    update(t);
+  } else {
+    split(t->left, k, l, &t->left);
+    *r = t;
+    update(t);
+  }
+}
+
+static st_range_node* merge(st_range_node* a, st_range_node* b) {
+  if (!a) return b;
+  if (!b) return a;
+  if (a->prio > b->prio) {
+    a->right = merge(a->right, b);
+    update(a);
+    return a;
+  }
+  b->left = merge(a, b->left);
+  update(b);
+  return b;
+}
+
+static st_range_node* tr_insert(st_range_node* t, st_range_node* n) {
+  if (!t) {
+    update(n);
+    return n;
+  }
+  if (n->prio > t->prio) {
+    split(t, n, &n->left, &n->right);
+    update(n);
+    return n;
+  }
+  if (node_less(n, t)) t->left = tr_insert(t->left, n);
+  else t->right = tr_insert(t->right, n);
+  update(t);
+  return t;
+}
+
+static st_range_node* tr_remove(st_range_node* t, st_range_node* n) {
+  if (!t) return NULL;
+  if (t == n) return merge(n->left, n->right);
+  if (node_less(n, t)) t->left = tr_remove(t->left, n);
+  else t->right = tr_remove(t->right, n);
+  update(t);
+  return t;
+}
+
+/* ---- nodes, pending frees ---- */
+
+static st_range_node* node_new(st_runtime* rt, uint64_t start, uint64_t end, uint64_t stream) {
+  st_range_node* n = rt->spare;
+  if (n) rt->spare = n->pnext;
+  else if (!(n = malloc(sizeof *n))) return NULL;
+  rt->rng = rt->rng * 1664525u + 1013904223u;
+  *n = (st_range_node){.start = start, .end = end, .max_end = end, .prio = rt->rng,
+                       .state = NODE_LIVE, .stream = stream};
+  rt->root = tr_insert(rt->root, n);
+  return n;
+}
+
+static void node_drop(st_runtime* rt, st_range_node* n) {
+  rt->root = tr_remove(rt->root, n);
+  if (n->state == NODE_PENDING) {
+    if (n->pprev) n->pprev->pnext = n->pnext;
+    else rt->pending_head = n->pnext;
+    if (n->pnext) n->pnext->pprev = n->pprev;
+    else rt->pending_tail = n->pprev;
+    if (n->event) rt->ops->event_destroy(rt->backend, n->event);
+  }
+  n->pnext = rt->spare;
+  rt->spare = n;
+}
+
+static bool event_done(st_runtime* rt, st_range_node* n) {
+  return n->event && rt->ops->event_done(rt->backend, n->event);
+}
+
+/* Drops the oldest pending frees whose work has finished (a few per call: amortised O(1)). */
+static void poll_pending(st_runtime* rt) {
+  for (int i = 0; i < 4 && rt->pending_head && event_done(rt, rt->pending_head); i++)
+    node_drop(rt, rt->pending_head);
+}
+
+/* True when a node blocks [a, b) for `stream`; done pending nodes are noted for dropping. */
+static bool blocked(st_runtime* rt, st_range_node* t, uint64_t a, uint64_t b, uint64_t stream) {
+  if (!t || t->max_end <= a) return false;
+  if (blocked(rt, t->left, a, b, stream)) return true;
+  if (t->start >= b) return false;
+  if (t->end > a) {
+    if (t->state == NODE_LIVE) return true;
+    if (t->stream != stream) {
+      if (!event_done(rt, t) || rt->doomed_count == DOOMED_MAX) return true;
+      rt->doomed[rt->doomed_count++] = t;
+    }
+  }
+  return blocked(rt, t->right, a, b, stream);
+}
+
+static bool range_free(st_runtime* rt, uint64_t a, uint64_t b, uint64_t stream) {
+  rt->doomed_count = 0;
+  bool busy = blocked(rt, rt->root, a, b, stream);
+  for (size_t i = 0; i < rt->doomed_count; i++) node_drop(rt, rt->doomed[i]);
+  rt->doomed_count = 0;
+  return !busy;
+}
+
+/* ---- best fit in reusable ranges ---- */
+
+typedef struct gap_search {
+  uint64_t need, align, pos, end; /* pos: first byte not covered by nodes seen so far */
+  uint64_t best, best_waste;
+} gap_search;
+
+static void consider_gap(gap_search* g, uint64_t lo, uint64_t hi) {
+  uint64_t s = st_align_up(lo, g->align);
+  if (s < lo || s >= hi || hi - s < g->need) return; /* s < lo: the rounding wrapped */
+  uint64_t waste = (hi - lo) - g->need;
+  if (waste < g->best_waste) {
+    g->best_waste = waste;
+    g->best = s;
+  }
+}
+
+/* In-order walk of the nodes overlapping [g->pos, g->end), considering the gaps between them. */
+static void walk_gaps(st_range_node* t, gap_search* g) {
+  if (!t || t->max_end <= g->pos) return;
+  walk_gaps(t->left, g);
+  if (t->start >= g->end) return;
+  if (t->end > g->pos) {
+    if (t->start > g->pos) consider_gap(g, g->pos, t->start);
+    g->pos = t->end;
+  }
+  walk_gaps(t->right, g);
+}
+
+static bool place_dynamic(st_runtime* rt, uint32_t w, uint64_t size, uint64_t* offset) {
+  if (w >= rt->window_count) return false;
+  const st_reuse_window* win = &rt->windows[w];
+  gap_search g = {.need = st_align_up(size, rt->alignment), .align = rt->alignment,
+                  .best = UINT64_MAX, .best_waste = UINT64_MAX};
+  if (!g.need) return false;
+  for (uint32_t i = 0; i < win->range_count; i++) {
+    const st_reuse_range* r = &rt->ranges[win->first_range + i];
+    if (r->size < g.need) continue;
+    g.pos = r->offset;
+    g.end = r->offset + r->size;
+    walk_gaps(rt->root, &g);
+    if (g.pos < g.end) consider_gap(&g, g.pos, g.end);
+  }
+  if (g.best == UINT64_MAX) return false;
+  *offset = g.best;
+  return true;
+}
+
+/* ---- matching the run against the plan ---- */
+
+static inline const st_plan_entry* entry_at(const st_runtime* rt, uint64_t v) {
+  if (v < rt->P) return &rt->entries[v];
+  if (!rt->I) return NULL;
+  return &rt->entries[rt->P + (v - rt->P) % rt->I];
+}
+
+static void set_cursor(st_runtime* rt, uint64_t v) {
+  rt->cursor = v;
+  rt->cur_idx = v < rt->P ? v : rt->I ? rt->P + (v - rt->P) % rt->I : rt->P;
+}
+
+static inline void advance(st_runtime* rt) {
+  rt->cursor++;
+  if (++rt->cur_idx == rt->P + rt->I && rt->I) rt->cur_idx = rt->P;
+}
+
+/* A dynamic entry takes any size, a tiny one any tiny size (the slab serves both alike; MoE
+ * index tensors change size with the routing). */
+static inline bool size_fits(const st_plan_entry* e, uint64_t size) {
+  return e->size == size || e->cls == PLAN_CLASS_DYNAMIC ||
+         (e->cls == PLAN_CLASS_TINY && size <= ST_TINY_MAX);
+}
+
+/* How many of hist[h], hist[h+1], ... match the entries at v, v-1, ... in a row. */
+static int run_length(const st_runtime* rt, uint64_t v, int h) {
+  int n = 0;
+  for (; h < HISTORY; h++, n++) {
+    const st_plan_entry* e = entry_at(rt, v);
+    if (!e || !size_fits(e, rt->hist[h])) break;
+    if (v-- == 0) return n + 1;
+  }
+  return n;
+}
+
+/* The evidence for position v: 1 + how many previous requests match the entries before v,
+ * read four ways: in step; with the entry just before v dropped from the run; with the previous
+ * request a resized copy of that entry, or an extra one (each counted once the one before
+ * matches). Ties
+ * between a true position and the same layer one repetition away go to the nearer one. */
+static int score_at(const st_runtime* rt, uint64_t v) {
+  if (v == 0) return 1;
+  int best = run_length(rt, v - 1, 0);
+  int inserted = run_length(rt, v - 1, 1); /* the previous request was an extra one */
+  if (inserted) best = ST_MAX(best, 1 + inserted);
+  if (v >= 2) {
+    best = ST_MAX(best, run_length(rt, v - 2, 0));
+    int resized = run_length(rt, v - 2, 1);
+    if (resized) best = ST_MAX(best, 1 + resized);
+  }
+  return 1 + best;
+}
+
+typedef struct candidate {
+  uint64_t v, dist;
+  int score;
+  bool found;
+} candidate;
+
+/* The evidence needed grows with the distance jumped; backward jumps need two matches. */
+static bool acceptable(int score, uint64_t dist, bool forward) {
+  return score >= 3 || (score == 2 && dist <= 16) || (score == 1 && forward && dist <= 2);
+}
+
+/* floor: the evidence that the run is still in step at the cursor (the request resized or
+ * extra); a jump must beat it, except to the next position or the one after (a drop). */
+static void try_candidate(const st_runtime* rt, uint64_t v, uint64_t size, int floor, candidate* best) {
+  const st_plan_entry* e = entry_at(rt, v);
+  if (!e || e->size != size) return;
+  bool forward = v > rt->cursor;
+  uint64_t dist = forward ? v - rt->cursor : rt->cursor - v;
+  int score = score_at(rt, v);
+  if (!acceptable(score, dist, forward)) return;
+  if (score <= floor && !(forward && dist <= 2)) return;
+  if (!best->found || score > best->score || (score == best->score && dist < best->dist))
+    *best = (candidate){.v = v, .dist = dist, .score = score, .found = true};
+}
+
+static void push_history(st_runtime* rt, uint64_t size) {
+  memmove(&rt->hist[1], &rt->hist[0], (HISTORY - 1) * sizeof rt->hist[0]);
+  rt->hist[0] = size;
+}
+
+/* The entry this request matches (advancing the cursor), or NULL for a miss. */
+static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
+  if (rt->cur_idx < rt->P + rt->I) {
+    const st_plan_entry* e = &rt->entries[rt->cur_idx];
+    if (size_fits(e, size)) {
+      advance(rt);
+      rt->lost = 0;
+      push_history(rt, size);
+      return e;
+    }
+  }
+  /* Long lost (a plan from another run): search on every 8th miss only, so each miss costs
+   * about what the fallback pool does; finding the way back takes at most 7 requests more. */
+  if (rt->lost >= 32 && (rt->lost & 7)) {
+    rt->lost++;
+    push_history(rt, size);
+    return NULL;
+  }
+  candidate best = {0};
+  uint64_t cur = rt->cursor;
+  /* Repeated structure (layers, experts) offers far positions whose recent sizes match as
+   * well as the cursor's: staying in step wins those ties. */
+  int floor = cur ? 1 + run_length(rt, cur - 1, 0) : 0;
+  uint64_t forward = WINDOW + ST_MIN(rt->lost, LOST_EXTRA);
+  for (uint64_t d = 1; d <= forward; d++) {
+    try_candidate(rt, cur + d, size, floor, &best);
+    if (d <= WINDOW && d <= cur) try_candidate(rt, cur - d, size, floor, &best);
+  }
+  /* The first positions of the steady state or of the next iteration: a run that ended an
+   * iteration early, or a prologue of another length, finds its way back there. */
+  uint64_t start = rt->P;
+  if (rt->I && cur >= rt->P) start = cur - (cur - rt->P) % rt->I + rt->I;
+  for (uint64_t j = 0; j <= HISTORY; j++) try_candidate(rt, start + j, size, floor, &best);
+  push_history(rt, size);
+  if (!best.found) {
+    rt->lost++;
+    /* No better place: within a factor of two of the expected size it is taken for that
+     * request resized (its position is used up), else for an extra request (the position
+     * waits). Guessing wrong costs one resync; not consuming a resized position would shift
+     * a run of equal sizes onto its neighbours' offsets. */
+    const st_plan_entry* e = rt->cur_idx < rt->P + rt->I ? &rt->entries[rt->cur_idx] : NULL;
+    if (e && e->cls != PLAN_CLASS_TINY && size > ST_TINY_MAX && e->size > ST_TINY_MAX &&
+        size / 2 <= e->size && e->size / 2 <= size) {
+      advance(rt);
+      return e;
+    }
+    /* A tiny position that grew a little (an MoE index tensor of a busier expert) is that
+     * request too: left waiting, it would cost the next request a resync. */
+    if (e && e->cls == PLAN_CLASS_TINY && size <= 2 * ST_TINY_MAX) {
+      advance(rt);
+      return e;
+    }
+    return NULL;
+  }
+  set_cursor(rt, best.v + 1);
+  rt->lost = 0;
+  rt->c.resyncs++;
+  return entry_at(rt, best.v);
+}
+
+/* ---- public within the library ---- */
+
+static stalloc_status_t check_plan(const stalloc_plan* p, uint64_t alignment) {
+  if (!p) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: NULL plan");
+  if ((p->prologue_count && !p->prologue) || (p->iteration_count && !p->iteration) ||
+      (p->window_count && !p->windows) || (p->range_count && !p->ranges))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: a count is set but its array is NULL");
+  if (p->iteration_count > UINT32_MAX || p->prologue_count > (1ull << 40))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %zu prologue and %zu iteration entries is too many",
+                   p->prologue_count, p->iteration_count);
+  for (size_t i = 0; i < p->prologue_count + p->iteration_count; i++) {
+    bool pro = i < p->prologue_count;
+    const st_plan_entry* e = pro ? &p->prologue[i] : &p->iteration[i - p->prologue_count];
+    size_t at = pro ? i : i - p->prologue_count;
+    const char* part = pro ? "prologue" : "iteration";
+    if (e->cls < PLAN_CLASS_PERSISTENT || e->cls > PLAN_CLASS_WARMUP)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %s entry %zu: unknown class %u", part, at, e->cls);
+    if (e->cls == PLAN_CLASS_DYNAMIC && e->window != UINT32_MAX && e->window >= p->window_count)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %s entry %zu: window %u of %zu", part, at,
+                     e->window, p->window_count);
+    if (e->offset == PLAN_NO_OFFSET) continue;
+    if (e->offset % alignment)
+      return st_fail(STALLOC_ERR_PLAN_MISMATCH, "plan: %s entry %zu: offset %llu is not a multiple of the allocator's alignment %llu",
+                     part, at, (unsigned long long)e->offset, (unsigned long long)alignment);
+    if (e->offset > p->pool_size || e->size > p->pool_size - e->offset)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %s entry %zu: [%llu, +%llu) passes the pool size %llu",
+                     part, at, (unsigned long long)e->offset, (unsigned long long)e->size,
+                     (unsigned long long)p->pool_size);
+  }
+  for (size_t w = 0; w < p->window_count; w++) {
+    const st_reuse_window* win = &p->windows[w];
+    /* end may pass the iteration's count: the window runs into the next iteration. */
+    if (win->begin > win->end || win->begin > p->iteration_count ||
+        win->end > 2 * (uint64_t)p->iteration_count ||
+        win->first_range > p->range_count || win->range_count > p->range_count - win->first_range)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: reuse window %zu is out of bounds", w);
+  }
+  for (size_t r = 0; r < p->range_count; r++)
+    if (p->ranges[r].offset > p->pool_size || p->ranges[r].size > p->pool_size - p->ranges[r].offset)
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: reuse range %zu passes the pool size", r);
+  return STALLOC_OK;
+}
+
+static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, uint64_t size) {
+  if (!size) return STALLOC_OK;
+  uint64_t granule = ST_MAX(caps->granularity, rt->alignment);
+  size = st_align_up(size, granule);
+  if (!size) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "plan pool is too large");
+  if (!st_budget_allows(rt->budget, size))
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "plan pool of %llu bytes passes the memory limit of %llu (%llu reserved)",
+                   (unsigned long long)size, (unsigned long long)rt->budget->limit,
+                   (unsigned long long)rt->budget->reserved);
+  void* base = NULL;
+  stalloc_status_t s;
+  if (caps->can_grow && rt->ops->reserve && rt->ops->map) {
+    /* One reservation mapped at once: the plan needs all of it every iteration. */
+    s = rt->ops->reserve(rt->backend, size, &base);
+    if (!s && (s = rt->ops->map(rt->backend, base, size))) rt->ops->release(rt->backend, base, size);
+    rt->pool_mapped = !s;
+  } else {
+    s = rt->ops->alloc(rt->backend, size, rt->alignment, 0, &base);
+  }
+  if (s) return s;
+  rt->base = base;
+  rt->pool_size = size;
+  st_budget_add(rt->budget, size);
+  return STALLOC_OK;
+}
+
+stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
+                                   st_budget* budget, uint64_t alignment, const stalloc_plan* plan,
+                                   uint64_t position, st_runtime** out) {
+  stalloc_status_t s = check_plan(plan, alignment);
+  if (s) return s;
+  st_runtime* rt = calloc(1, sizeof *rt);
+  if (!rt) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
+  rt->ops = ops;
+  rt->backend = backend;
+  rt->budget = budget;
+  rt->alignment = ST_MAX(alignment, plan->alignment && st_is_pow2(plan->alignment) ? plan->alignment : 1);
+  rt->rng = 0x9E3779B9u;
+  rt->P = plan->prologue_count;
+  rt->I = plan->iteration_count;
+  rt->use_steps = plan->uses_step_markers != 0;
+  size_t n = (size_t)(rt->P + rt->I);
+  rt->entries = malloc((n ? n : 1) * sizeof *rt->entries);
+  rt->window_of = malloc((rt->I ? rt->I : 1) * sizeof *rt->window_of);
+  rt->windows = malloc((plan->window_count ? plan->window_count : 1) * sizeof *rt->windows);
+  rt->ranges = malloc((plan->range_count ? plan->range_count : 1) * sizeof *rt->ranges);
+  if (!rt->entries || !rt->window_of || !rt->windows || !rt->ranges) {
+    st_runtime_destroy(rt);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory for %zu entries", n);
+  }
+  if (rt->P) memcpy(rt->entries, plan->prologue, rt->P * sizeof *rt->entries);
+  if (rt->I) memcpy(rt->entries + rt->P, plan->iteration, rt->I * sizeof *rt->entries);
+  if (plan->window_count) memcpy(rt->windows, plan->windows, plan->window_count * sizeof *rt->windows);
+  if (plan->range_count) memcpy(rt->ranges, plan->ranges, plan->range_count * sizeof *rt->ranges);
+  rt->window_count = plan->window_count;
+  for (uint64_t i = 0; i < rt->I; i++) rt->window_of[i] = UINT32_MAX;
+  for (size_t w = 0; w < plan->window_count; w++)
+    for (uint64_t i = plan->windows[w].begin; i < plan->windows[w].end; i++)
+      rt->window_of[i % rt->I] = (uint32_t)w;
+  /* A planned range must lie in the pool even after rounding its end up. */
+  uint64_t need = plan->pool_size;
+  for (size_t i = 0; i < n; i++)
+    if (rt->entries[i].offset != PLAN_NO_OFFSET)
+      need = ST_MAX(need, st_align_up(rt->entries[i].offset + rt->entries[i].size, rt->alignment));
+  s = reserve_pool(rt, caps, need);
+  if (s) {
+    st_runtime_destroy(rt);
+    return s;
+  }
+  set_cursor(rt, position);
+  *out = rt;
+  return STALLOC_OK;
+}
+
+void st_runtime_destroy(st_runtime* rt) {
+  if (!rt) return;
+  while (rt->root) node_drop(rt, rt->root);
+  for (st_range_node *n = rt->spare, *next; n; n = next) {
+    next = n->pnext;
+    free(n);
+  }
+  if (rt->base) {
+    if (rt->pool_mapped) {
+      rt->ops->unmap(rt->backend, rt->base, rt->pool_size);
+      rt->ops->release(rt->backend, rt->base, rt->pool_size);
+    } else {
+      rt->ops->free(rt->backend, rt->base, rt->pool_size);
+    }
+    st_budget_sub(rt->budget, rt->pool_size);
+  }
+  free(rt->entries);
+  free(rt->window_of);
+  free(rt->windows);
+  free(rt->ranges);
+  free(rt);
+}
+
+stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream, st_rt_outcome* outcome,
+                                  void** ptr, st_range_node** node) {
+  if (rt->pending_head) poll_pending(rt);
+  uint64_t expected = rt->cursor; /* where a miss would have been: picks its reuse window */
+  const st_plan_entry* e = match(rt, size);
+  uint64_t end = st_align_up(size, rt->alignment);
+  if (e && e->offset != PLAN_NO_OFFSET && e->cls != PLAN_CLASS_DYNAMIC && end &&
+      e->offset + end <= rt->pool_size) {
+    /* A resized request (match() took it for this entry) keeps the planned offset when it is
+     * no larger than planned. */
+    if (size <= e->size && range_free(rt, e->offset, e->offset + end, stream)) {
+      st_range_node* n = node_new(rt, e->offset, e->offset + end, stream);
+      if (!n) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
+      rt->c.hits++;
+      *outcome = RT_HIT;
+      *ptr = rt->base + e->offset;
+      *node = n;
+      return STALLOC_OK;
+    }
+    /* Its bytes are still held (a block kept longer than planned), or it grew (an MoE
+     * position that repeated its size in the recorded iterations): inside a reuse window it
+     * is tried there, like a dynamic request, before the fallback pool. */
+    rt->c.misses++;
+  } else if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) {
+    rt->c.misses++;
+  } else if (!e && size > ST_TINY_MAX) {
+    rt->c.misses++;
+  }
+  if (size <= ST_TINY_MAX) {
+    *outcome = RT_TINY;
+    return STALLOC_OK;
+  }
+  uint32_t w = UINT32_MAX;
+  if (e && e->cls == PLAN_CLASS_DYNAMIC) w = e->window;
+  else if (e && (size_t)(e - rt->entries) >= rt->P) w = rt->window_of[(size_t)(e - rt->entries) - rt->P];
+  else if (!e && expected >= rt->P && rt->I) w = rt->window_of[(expected - rt->P) % rt->I];
+  uint64_t off;
+  if (w != UINT32_MAX && place_dynamic(rt, w, size, &off)) {
+    st_range_node* n = node_new(rt, off, off + end, stream);
+    if (!n) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
+    rt->c.dynamic++;
+    *outcome = RT_DYNAMIC;
+    *ptr = rt->base + off;
+    *node = n;
+    return STALLOC_OK;
+  }
+  *outcome = RT_FALLBACK;
+  return STALLOC_OK;
+}
+
+void st_runtime_free(st_runtime* rt, st_range_node* n, uint64_t stream) {
+  if (!rt->ops->event_record) {
+    node_drop(rt, n);
+    return;
+  }
+  /* Reusable at once on `stream`, elsewhere once the event is done; with no event (the
+   * record failed) it stays for its own stream only, never done for the others. */
+  if (rt->ops->event_record(rt->backend, stream, &n->event) != STALLOC_OK) n->event = NULL;
+  n->state = NODE_PENDING;
+  n->stream = stream;
+  n->pnext = NULL;
+  n->pprev = rt->pending_tail;
+  if (rt->pending_tail) rt->pending_tail->pnext = n;
+  else rt->pending_head = n;
+  rt->pending_tail = n;
+}
+
+void st_runtime_step(st_runtime* rt) {
+  if (!rt->use_steps || !rt->I || rt->cursor < rt->P) return;
+  uint64_t k = (rt->cursor - rt->P) % rt->I;
+  if (!k) return;
+  /* The last iteration ended early: the next alloc starts a new one. */
+  set_cursor(rt, rt->cursor - k + rt->I);
+  rt->lost = 0;
+  rt->c.resyncs++;
+}
+
+const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt) { return &rt->c; }
+
+void st_runtime_reset_counters(st_runtime* rt) { memset(&rt->c, 0, sizeof rt->c); }
+
+uint64_t st_runtime_pool_size(const st_runtime* rt) { return rt->pool_size; }

@@ -1,0 +1,44 @@
+/* runtime.h - serving a run from a plan (runtime.c). Called by allocator.c with the
+ * allocator's lock held. */
+#ifndef STALLOC_RUNTIME_H
+#define STALLOC_RUNTIME_H
+
+#include "backends/backend.h"
+#include "runtime/budget.h"
+#include "plan/plan.h"
+
+typedef struct st_runtime st_runtime;
+typedef struct st_range_node st_range_node; /* one live (or stream-pending) range of the pool */
+
+/* What st_runtime_alloc decided. */
+typedef enum st_rt_outcome {
+  RT_HIT = 1,      /* served at its planned offset */
+  RT_DYNAMIC = 2,  /* served in the plan's reusable space */
+  RT_TINY = 3,     /* matched or not, <= 512 B: the caller serves it from the slab */
+  RT_FALLBACK = 4  /* the caller serves it from the fallback pool */
+} st_rt_outcome;
+
+typedef struct st_runtime_counters {
+  uint64_t hits, misses, resyncs, dynamic;
+} st_runtime_counters;
+
+/* Copies the plan (the caller may destroy it) after checking it, and reserves the pool.
+ * `position` is the number of allocs the run made before the plan was loaded. */
+stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
+                                   st_budget* budget, uint64_t alignment, const stalloc_plan* plan,
+                                   uint64_t position, st_runtime** out);
+/* Gives the pool back, live blocks included. */
+void st_runtime_destroy(st_runtime* rt);
+/* Matches the request against the plan (advancing or resynchronising the position) and, for
+ * RT_HIT and RT_DYNAMIC, places it: *ptr and *node are set. Fails only for lack of host memory. */
+stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream, st_rt_outcome* outcome,
+                                  void** ptr, st_range_node** node);
+/* Frees a block st_runtime_alloc placed; stream is where its last use was queued. */
+void st_runtime_free(st_runtime* rt, st_range_node* node, uint64_t stream);
+/* A step marker: with a plan made from step markers, the next alloc starts an iteration. */
+void st_runtime_step(st_runtime* rt);
+const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt);
+void st_runtime_reset_counters(st_runtime* rt);
+uint64_t st_runtime_pool_size(const st_runtime* rt);
+
+#endif

@@ -1,0 +1,38 @@
+/* test_u64map.c - the hash map against a plain array model under random puts and removes. */
+#include <string.h>
+
+#include "check.h"
+#include "base/u64map.h"
+
+int main(void) {
+  enum { KEYS = 5000 };
+  static uint64_t model[KEYS]; /* 0 = absent, else value + 1 */
+  u64map m;
+  u64map_init(&m);
+  uint32_t rng = 7;
+  for (int i = 0; i < 400000; i++) {
+    rng = rng * 1103515245u + 12345u;
+    uint64_t k = (rng >> 8) % KEYS;
+    uint64_t key = (k + 1) * 512; /* aligned keys, as pointers are */
+    if (rng & 1) {
+      CHECK(u64map_put(&m, key, i));
+      model[k] = (uint64_t)i + 1;
+    } else {
+      uint64_t v;
+      bool had = u64map_remove(&m, key, &v);
+      CHECK(had == (model[k] != 0));
+      if (had) CHECK(v + 1 == model[k]);
+      model[k] = 0;
+    }
+  }
+  size_t count = 0;
+  for (int k = 0; k < KEYS; k++) {
+    uint64_t* v = u64map_get(&m, (uint64_t)(k + 1) * 512);
+    CHECK((v != NULL) == (model[k] != 0));
+    if (v) CHECK(*v + 1 == model[k]);
+    count += model[k] != 0;
+  }
+  CHECK(count == m.count);
+  u64map_destroy(&m);
+  return 0;
+}
