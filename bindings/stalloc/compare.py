@@ -1,11 +1,15 @@
 """How much memory stalloc saves on a trace, beside the allocators people use today.
 
 ``compare(trace)`` gives one row per allocator: PyTorch's caching allocator and its
-expandable segments (simulated, stalloc.baseline), and stalloc (the trace replayed through
-the runtime from a plan, stalloc.replay). Without a plan, the plan is made from the trace's
-first steps only (``first_steps``: the set-up, the warm-up step and two steady steps when the
-trace has step markers) and the whole trace is replayed, so the figure includes what happens
-when the run goes on past what was recorded.
+expandable segments (simulated, stalloc.baseline), then stalloc as a first run meets the trace
+(``stalloc``: the online lifecycle, stalloc.replay with ``online=True``: it records the first
+steps, plans them in the background, switches at a step boundary and re-plans when the run
+drifts, never reading ahead; peak reserved counts the recording phase too). A second row,
+``stalloc-saved-plan``, is what a later run gets when it loads the plan an earlier run saved
+(torch_backend's ``plan_path``): the plan made from the trace's first steps (``first_steps``),
+loaded before the first allocation, the whole trace replayed. When the trace has too few step
+markers for that, the plan comes from the whole trace: that row sees the future and is named
+``stalloc-sees-future``; it is never stalloc's result.
 """
 
 from __future__ import annotations
@@ -32,34 +36,54 @@ def first_steps(trace: Trace, steps: int = 3) -> tuple[Trace, int]:
     return Trace.from_events(np.array(ev[:cut])), steps + 1
 
 
-def compare(trace: Trace, plan: Plan | None = None, plan_steps: int = 3, limit: int | None = None,
-            time_limit: float = 2.0, timeline_points: int = 0) -> tuple[list[dict], dict]:
-    """Rows (dicts with ROW_KEYS and more) for pytorch, pytorch-expandable and stalloc, and a
-    dict saying how the stalloc row was made."""
-    rows = [simulate(trace, name, memory_limit=limit, timeline_points=timeline_points)
-            for name in ("pytorch", "pytorch-expandable")]
-    how = {"plan": "given"}
-    if plan is None:
-        part, kept = first_steps(trace, plan_steps)
-        plan = make_plan(part, time_limit=time_limit)
-        how = {"plan": "made from the trace's first steps" if part is not trace else "made from the whole trace",
-               "plan_events": len(part), "plan_step_markers": kept, "trace_events": len(trace)}
-    info = plan.info()
-    r = replay(trace, plan, backend="virtual", timeline_points=timeline_points)
-    stalloc_row = {
-        "allocator": "stalloc",
+def _row(name: str, r: dict, limit: int | None) -> dict:
+    row = {
+        "allocator": name,
         "peak_allocated": r["peak_allocated"],
         "peak_reserved": r["peak_reserved"],
         "waste": r["peak_reserved"] - r["peak_allocated"],
         "fragmentation": r["fragmentation"],
         "ooms": int(limit is not None and r["peak_reserved"] > limit),
         "hits": r["hits"], "misses": r["misses"], "fallbacks": r["fallbacks"],
-        "plan_pool": info.pool_size, "plan_ratio": info.ratio,
     }
-    for key in ("timeline_event", "timeline_allocated", "timeline_reserved"):
+    for key in ("timeline_event", "timeline_allocated", "timeline_reserved", "steps", "plans"):
         if key in r:
-            stalloc_row[key] = r[key]
-    rows.append(stalloc_row)
+            row[key] = r[key]
+    return row
+
+
+def compare(trace: Trace, plan: Plan | None = None, plan_steps: int = 3, limit: int | None = None,
+            time_limit: float = 2.0, timeline_points: int = 0, online=True) -> tuple[list[dict], dict]:
+    """Rows (dicts with ROW_KEYS and more) for pytorch, pytorch-expandable, stalloc (online,
+    unless ``online=False``) and a plan replayed from the first allocation (``plan`` if given,
+    else one made from the first steps), and a dict saying how the plan row was made."""
+    rows = [simulate(trace, name, memory_limit=limit, timeline_points=timeline_points)
+            for name in ("pytorch", "pytorch-expandable")]
+    if online:
+        params = dict(online) if isinstance(online, dict) else {}
+        params.setdefault("time_limit", min(time_limit, 1.0))
+        r = replay(trace, backend="virtual", online=params)
+        if timeline_points:  # the per-step replay carries no timeline: replay again for it
+            r.update({k: v for k, v in replay(trace, backend="virtual", online=params,
+                                              timeline_points=timeline_points).items()
+                      if k.startswith("timeline_")})
+        rows.append(_row("stalloc", r, limit))
+    name = "stalloc-plan"
+    how = {"plan": "given"}
+    if plan is None:
+        part, kept = first_steps(trace, plan_steps)
+        plan = make_plan(part, time_limit=time_limit)
+        whole = part is trace
+        name = "stalloc-sees-future" if whole else "stalloc-saved-plan"
+        how = {"plan": "made from the whole trace (it sees the future)" if whole else
+               "made from the trace's first steps, as a run saves it for the next",
+               "plan_events": len(part), "plan_step_markers": kept, "trace_events": len(trace)}
+    info = plan.info()
+    r = replay(trace, plan, backend="virtual", timeline_points=timeline_points)
+    row = _row(name, r, limit)
+    row.update(plan_pool=info.pool_size, plan_ratio=info.ratio)
+    rows.append(row)
+    how["plan_row"] = name
     base = rows[0]["waste"]
     for row in rows:
         row["waste_vs_pytorch"] = row["waste"] / base if base else (0.0 if not row["waste"] else float("inf"))

@@ -38,11 +38,37 @@ def _as_plan(plan):
     return Plan.load(plan)
 
 
+STEP_KEYS = ("peak_allocated", "peak_reserved", "hit_bytes", "miss_bytes")
+PLAN_RECORD_KEYS = ("started_step", "switched_step", "recorded_steps", "pool_size", "plan_peak",
+                    "lower_bound", "plan_seconds", "delay_seconds", "status")
+# The defaults of the online lifecycle (stalloc_online_params_init), also those of
+# torch_backend.enable().
+ONLINE_DEFAULTS = dict(record_steps=3, replan_steps=2, time_limit=1.0, replan_miss_share=0.02,
+                       replan_after=1)
+
+
+def _online_params(o, online: dict) -> None:
+    unknown = set(online) - set(ONLINE_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown online parameter(s): {', '.join(sorted(unknown))}")
+    for k, v in online.items():
+        setattr(o.online_params, k, v)
+
+
 def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
            check_overlap: bool = True, use_steps: bool = True, alignment: int = 0,
-           timeline_points: int = 0) -> dict:
+           timeline_points: int = 0, online=False, steps: bool = False) -> dict:
     """Replays ``trace`` (a Trace or a path) through the runtime, from ``plan`` (a Plan, a plan
     file path, or None for the fallback pool alone).
+
+    ``online=True`` (or a dict of online parameters, see ONLINE_DEFAULTS) drives the online
+    lifecycle instead, as a real run does: record the first steps, plan them in the
+    background, switch at a step boundary, re-plan when the run drifts; it never reads ahead,
+    and the first boundary after planning began waits for the plan, so the figures do not
+    depend on the machine. Peak reserved counts everything the allocator held, the recording
+    phase included. With ``online`` or ``steps=True`` the result also has ``steps`` (one dict
+    per step with STEP_KEYS) and, online, ``plans`` (one dict per plan with PLAN_RECORD_KEYS);
+    not with ``timeline_points``, which gives the timeline instead.
 
     ``check=True`` fills every block with a pattern and verifies it at free (host backend
     only); the overlap check runs on every alloc unless ``check_overlap=False``. Returns a
@@ -53,6 +79,8 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
         raise ValueError(f"backend must be 'virtual' or 'host', not {backend!r}")
     if check and backend != "host":
         raise ValueError("check=True needs backend='host' (the virtual backend's memory cannot be touched)")
+    if online and plan is not None:
+        raise ValueError("an online replay makes its own plans: give no plan")
     t = _as_trace(trace)
     p = _as_plan(plan)
     o = ffi.new("stalloc_replay_options_t*")
@@ -61,6 +89,9 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
     o.check_data = int(bool(check))
     o.check_overlap = int(bool(check_overlap))
     o.use_steps = int(bool(use_steps))
+    if online:
+        o.online = 1
+        _online_params(o, online if isinstance(online, dict) else {})
     if alignment < 0:
         raise ValueError("alignment must be >= 0")
     o.alignment = int(alignment)
@@ -69,11 +100,28 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
     if timeline_points < 0:
         raise ValueError(f"timeline_points must be >= 0, not {timeline_points}")
     o.timeline_points = int(timeline_points)
-    arrays = [np.zeros(timeline_points, dtype=np.uint64) for _ in range(3)]
-    ptrs = [ffi.cast("uint64_t*", a.ctypes.data) if timeline_points else ffi.NULL for a in arrays]
-    _check(lib.stalloc_replay_timeline(t._handle, p._handle if p is not None else ffi.NULL, o, r, *ptrs))
+    phandle = p._handle if p is not None else ffi.NULL
+    per_step = (online or steps) and not timeline_points  # a timeline replay has no per-step figures
+    if per_step:
+        nsteps = int(t.summary().steps) + 2
+        step_arr = ffi.new("stalloc_replay_step_t[]", nsteps)
+        plan_arr = ffi.new("stalloc_online_plan_record_t[]", max(nsteps, 1))
+        nstep, nplan = ffi.new("size_t*"), ffi.new("size_t*")
+        _check(lib.stalloc_replay_steps(t._handle, phandle, o, r, step_arr, nsteps, nstep,
+                                        plan_arr, max(nsteps, 1), nplan))
+    else:
+        arrays = [np.zeros(timeline_points, dtype=np.uint64) for _ in range(3)]
+        ptrs = [ffi.cast("uint64_t*", a.ctypes.data) if timeline_points else ffi.NULL for a in arrays]
+        _check(lib.stalloc_replay_timeline(t._handle, phandle, o, r, *ptrs))
     out = {k: getattr(r, k) for k in RESULT_KEYS}
     out["fragmentation"] = float(out["fragmentation"])
+    if per_step:
+        out["steps"] = [{k: int(getattr(step_arr[i], k)) for k in STEP_KEYS}
+                        for i in range(min(nstep[0], nsteps))]
+    if online and per_step:
+        out["plans"] = [{k: (float(v) if isinstance(v, float) else int(v))
+                         for k in PLAN_RECORD_KEYS for v in [getattr(plan_arr[i], k)]}
+                        for i in range(min(nplan[0], max(nsteps, 1)))]
     if timeline_points:
         n = int(r.timeline_count)
         out["timeline_event"], out["timeline_allocated"], out["timeline_reserved"] = (a[:n] for a in arrays)

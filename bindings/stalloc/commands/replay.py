@@ -9,11 +9,15 @@ def run(args) -> int:
     from ..load import load_trace
     from ..replay import replay
 
+    if args.online and args.plan:
+        raise ValueError("--online makes its own plans: give no --plan")
     trace = load_trace(args.trace, args.format)
+    online = {"record_steps": args.record_steps} if args.online else False
     r = replay(trace, args.plan, backend=args.backend, check=args.check,
-               use_steps=not args.no_steps)
+               use_steps=not args.no_steps, online=online)
     if args.json:
-        print_json({"trace": args.trace, "plan": args.plan, "backend": args.backend, **r})
+        print_json({"trace": args.trace, "plan": args.plan, "backend": args.backend,
+                    "online": bool(args.online), **r})
         return 0
     lb = r["lower_bound"]
     print_table([
@@ -30,8 +34,22 @@ def run(args) -> int:
         ("slab (tiny)", f"{r['tiny']:,}"),
         ("requests", f"{r['requests']:,}"),
         ("checks", f"overlap after {r['checked_events']:,} allocs" + (", data patterns" if args.check else "")),
-    ], title=f"{args.trace}" + (f" with {args.plan}" if args.plan else " (no plan: fallback pool)"))
+    ], title=f"{args.trace}" + (" online (record, plan, switch, re-plan)" if args.online else
+                                 f" with {args.plan}" if args.plan else " (no plan: fallback pool)"))
+    if args.online:
+        print()
+        print_table([(f"plan {i + 1}", _plan_line(p)) for i, p in enumerate(r["plans"])] or
+                    [("plans", "none: the trace has too few step markers")],
+                    title="plans (step boundaries counted from the start)")
     return 0
+
+
+def _plan_line(p: dict) -> str:
+    if p["status"]:
+        return f"began at step {p['started_step']}, failed (status {p['status']})"
+    used = (f"switched at step {p['switched_step']}" if p["switched_step"] != 2**64 - 1 else "not used")
+    return (f"began at step {p['started_step']} from {p['recorded_steps']} step(s), planned in "
+            f"{p['plan_seconds'] * 1e3:.1f} ms, {used}; pool {fmt_bytes(p['pool_size'])}")
 
 
 def register(sub) -> None:
@@ -45,6 +63,12 @@ def register(sub) -> None:
                    help="virtual (default: addresses only) or host (real memory)")
     p.add_argument("--check", action="store_true",
                    help="host backend: write a pattern into every block and verify it at free")
+    p.add_argument("--online", action="store_true",
+                   help="drive the online lifecycle as a real run does (record the first steps, "
+                        "plan in the background, switch at a step boundary, re-plan on drift); "
+                        "--json adds `steps` and `plans`")
+    p.add_argument("--record-steps", type=int, default=3,
+                   help="--online: steps recorded before the first plan (default 3, as torch_backend)")
     p.add_argument("--no-steps", action="store_true", help="do not pass step markers to the runtime")
     p.add_argument("--format", help="trace format instead of detecting it")
     p.add_argument("--json", action="store_true", help="machine-readable output")

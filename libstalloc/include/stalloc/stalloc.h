@@ -349,6 +349,11 @@ typedef struct stalloc_plan_params {
   double dynamic_headroom;  /* >= 1 (default 1): each reuse window gets an arena in the pool of
                                the most live bytes its dynamic requests reached in a recorded
                                iteration * this; the runtime places them there. 0: no arenas */
+  int32_t tolerate_sizes;   /* 1: steps of one kind (same alloc count between step markers)
+                               are one iteration whatever their sizes, and a position whose size
+                               varies is planned at the largest size seen (a smaller request
+                               takes the slot); 0 (default): a varying size makes it dynamic */
+  int32_t reserved0;
 } stalloc_plan_params_t;
 
 /* One planned position (prologue or iteration), as the plan file stores it. */
@@ -436,6 +441,72 @@ STALLOC_API stalloc_status_t stalloc_plan_reuse(const stalloc_plan_t* plan,
 STALLOC_API stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* allocator,
                                                          const stalloc_plan_t* plan);
 
+/* ---------------------------------------------------------------------------------------
+ * Online lifecycle (docs/online.md): what a real run does, in the library, so the PyTorch
+ * adapter, C trainers and `stalloc replay --online` run the same code. The allocator records
+ * its first steps in memory, plans them on a background thread, switches to the plan at a
+ * step boundary, watches how well each step fits and, when the run drifts (new shapes, a
+ * curriculum, a batch ramp), records a few steps more and re-plans. Step markers
+ * (stalloc_allocator_step_begin) drive it; it never reads ahead.
+ * ------------------------------------------------------------------------------------- */
+typedef struct stalloc_online_params {
+  size_t struct_size;         /* sizeof(stalloc_online_params_t), set by _init */
+  uint32_t record_steps;      /* steps recorded before the first plan; default 3 (the first is
+                                 warm-up: the optimizer creates its state there) */
+  uint32_t replan_steps;      /* steps recorded for a re-plan; default 2 */
+  double time_limit;          /* seconds of improving search per plan; default 1 */
+  double replan_miss_share;   /* a step whose bytes that missed the plan pass this share of
+                                 its allocated bytes is drifting; default 0.02 */
+  uint32_t replan_after;      /* drifting steps in a row that start a re-plan; default 1 */
+  int32_t wait_for_plan;      /* 1: the first step boundary after planning started waits for
+                                 it (deterministic, for replay); 0 (default): the switch comes
+                                 at the first boundary after planning finished, never blocking */
+} stalloc_online_params_t;
+
+typedef enum stalloc_online_state {
+  STALLOC_ONLINE_OFF = 0,
+  STALLOC_ONLINE_RECORDING = 1, /* no plan yet: recording the first steps */
+  STALLOC_ONLINE_PLANNING = 2,  /* no plan yet: the first plan is being made */
+  STALLOC_ONLINE_SERVING = 3    /* serving a plan (and maybe recording or planning the next) */
+} stalloc_online_state_t;
+
+typedef struct stalloc_online_info {
+  size_t struct_size;
+  int32_t state;             /* stalloc_online_state_t */
+  uint32_t plans_switched;   /* plans switched to so far */
+  uint64_t steps;            /* step boundaries seen since online_start */
+  uint64_t plan_records;     /* plans started (see stalloc_allocator_online_plans) */
+  int32_t recording;         /* 1 while steps are being recorded for a (re-)plan */
+  int32_t reserved0;
+} stalloc_online_info_t;
+
+/* One plan the lifecycle made: when, from what, how long it took, and when it was used. */
+typedef struct stalloc_online_plan_record {
+  uint64_t started_step;     /* boundary (counted from online_start) at which planning began */
+  uint64_t switched_step;    /* boundary at which the plan was switched to; UINT64_MAX: never */
+  uint64_t recorded_steps;   /* steps the plan was made from */
+  uint64_t pool_size;        /* bytes of its pool */
+  uint64_t plan_peak;
+  uint64_t lower_bound;      /* of the planned requests */
+  double plan_seconds;       /* planning time on the background thread */
+  double delay_seconds;      /* from planning done to the switch; negative: the boundary
+                                waited that long for it (wait_for_plan) */
+  int32_t status;            /* the planner's or the switch's status; STALLOC_OK when used */
+  int32_t reserved0;
+} stalloc_online_plan_record_t;
+
+STALLOC_API void stalloc_online_params_init(stalloc_online_params_t* params);
+/* Starts the lifecycle on an allocator that serves no plan yet (params NULL: defaults). */
+STALLOC_API stalloc_status_t stalloc_allocator_online_start(stalloc_allocator_t* allocator,
+                                                            const stalloc_online_params_t* params);
+STALLOC_API void stalloc_online_info_init(stalloc_online_info_t* info);
+STALLOC_API stalloc_status_t stalloc_allocator_online_info(stalloc_allocator_t* allocator,
+                                                           stalloc_online_info_t* info);
+/* Copies up to capacity plan records, oldest first; *count gets how many exist. */
+STALLOC_API stalloc_status_t stalloc_allocator_online_plans(stalloc_allocator_t* allocator,
+                                                            stalloc_online_plan_record_t* records,
+                                                            size_t capacity, size_t* count);
+
 typedef struct stalloc_replay_options {
   size_t struct_size;             /* sizeof(stalloc_replay_options_t), set by _init */
   stalloc_backend_kind_t backend; /* STALLOC_BACKEND_VIRTUAL (default) or STALLOC_BACKEND_HOST */
@@ -448,6 +519,11 @@ typedef struct stalloc_replay_options {
   int32_t reserved0;
   uint64_t virtual_capacity;      /* address range for the virtual backend; 0 = 1 TiB */
   uint64_t timeline_points;       /* capacity of stalloc_replay_timeline's arrays; 0 = none */
+  int32_t online;                 /* 1: drive the online lifecycle (no plan may be given), with
+                                     online_params; the first boundary after planning started
+                                     waits for it, so a replay is deterministic */
+  int32_t reserved1;
+  stalloc_online_params_t online_params; /* _init fills the defaults; wait_for_plan is forced */
 } stalloc_replay_options_t;
 
 typedef struct stalloc_replay_result {
@@ -470,6 +546,15 @@ typedef struct stalloc_replay_result {
   uint64_t timeline_count;    /* timeline entries written (<= options.timeline_points) */
 } stalloc_replay_result_t;
 
+/* One step of a replay: the events from one step marker to the next (the first also holds
+ * what comes before the first marker). */
+typedef struct stalloc_replay_step {
+  uint64_t peak_allocated;
+  uint64_t peak_reserved;
+  uint64_t hit_bytes;         /* bytes served at a planned offset */
+  uint64_t miss_bytes;        /* bytes of requests (> 512 B) the plan did not cover */
+} stalloc_replay_step_t;
+
 STALLOC_API void stalloc_replay_options_init(stalloc_replay_options_t* options);
 STALLOC_API void stalloc_replay_result_init(stalloc_replay_result_t* result);
 /* Drives a fresh allocator with the trace's events (plan may be NULL: fallback pool only).
@@ -478,6 +563,17 @@ STALLOC_API void stalloc_replay_result_init(stalloc_replay_result_t* result);
 STALLOC_API stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
                                             const stalloc_replay_options_t* options,
                                             stalloc_replay_result_t* result);
+/* The same, also filling per-step figures (steps: NULL or step_capacity entries; *step_count
+ * gets the number of steps, which may pass the capacity) and, for an online replay, the plan
+ * records (plans: NULL or plan_capacity entries; *plan_count likewise). */
+STALLOC_API stalloc_status_t stalloc_replay_steps(const stalloc_trace_t* trace,
+                                                  const stalloc_plan_t* plan,
+                                                  const stalloc_replay_options_t* options,
+                                                  stalloc_replay_result_t* result,
+                                                  stalloc_replay_step_t* steps,
+                                                  size_t step_capacity, size_t* step_count,
+                                                  stalloc_online_plan_record_t* plans,
+                                                  size_t plan_capacity, size_t* plan_count);
 /* The same, also filling a timeline as stalloc_simulate does: per bucket of consecutive events
  * (options->timeline_points buckets), its last event index and the largest allocated and
  * reserved bytes within it. Each array is NULL or holds timeline_points entries. */

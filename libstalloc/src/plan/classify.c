@@ -7,7 +7,9 @@
  * steady iteration: a size that differs anywhere -> dynamic; otherwise periodic, with the
  * latest free seen, relative to its iteration. A periodic request that outlives its next copy
  * (or is never freed although allocated every iteration) cannot hold one fixed range and is
- * dynamic too. Requests of at most tiny_threshold bytes go to the slab.
+ * dynamic too. Requests of at most tiny_threshold bytes go to the slab. With sizes tolerated
+ * (the online lifecycle, runs whose shapes change), a varying position is periodic at the
+ * largest size it reached: a smaller request takes the slot, a larger one misses.
  *
  * With step markers, the warm-up step just before the steady state is one more look at the
  * routing: it repeats the iteration up to where it does something else (the optimizer creating
@@ -20,8 +22,8 @@
 
 void st_classify(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
                  const st_period* period, bool classify_tiny, uint64_t tiny_threshold,
-                 size_t warm_start, size_t warm_len, st_class_item* prologue,
-                 st_class_item* iteration) {
+                 size_t warm_start, size_t warm_len, bool tolerate_sizes,
+                 st_class_item* prologue, st_class_item* iteration) {
   size_t start = period->start, p = period->period, iters = period->iterations;
   for (size_t i = 0; i < start; i++) {
     st_class_item* c = &prologue[i];
@@ -57,12 +59,12 @@ void st_classify(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
         latest = ST_MAX(latest, free_pos[i] - base);
       }
     }
-    c->size = size;
+    c->size = tolerate_sizes ? largest : size;
     c->begin = pos;
     c->end = freed ? latest : ST_NEVER;
     if (classify_tiny && largest <= tiny_threshold)
       c->cls = PLAN_CLASS_TINY;
-    else if (varies || !freed || latest > p + pos)
+    else if ((varies && !tolerate_sizes) || !freed || latest > p + pos)
       c->cls = PLAN_CLASS_DYNAMIC;
     else
       c->cls = PLAN_CLASS_PERIODIC;

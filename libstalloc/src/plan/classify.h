@@ -25,10 +25,12 @@ typedef struct st_class_item {
  * positions). free_pos[i] is the free position of alloc i (ST_NEVER if never freed).
  * classify_tiny: requests <= tiny_threshold go to the slab. The warm_len allocs from
  * warm_start (in the prologue) line up with the iteration's first positions: a size differing
- * there makes a position dynamic too (warm_len 0: none). Arrays are caller-allocated. */
+ * there makes a position dynamic too (warm_len 0: none). tolerate_sizes: a position whose size
+ * varies but whose lifetime repeats is periodic at the largest size seen. Arrays are
+ * caller-allocated. */
 void st_classify(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
                  const st_period* period, bool classify_tiny, uint64_t tiny_threshold,
-                 size_t warm_start, size_t warm_len, st_class_item* prologue,
-                 st_class_item* iteration);
+                 size_t warm_start, size_t warm_len, bool tolerate_sizes,
+                 st_class_item* prologue, st_class_item* iteration);
 
 #endif

@@ -22,9 +22,10 @@ static bool few_mismatches(const uint64_t* a, const uint64_t* b, size_t len) {
 }
 
 /* Step markers: allocs are grouped by the number of markers before them; the steady state is
- * the longest run of trailing groups with the last group's count and few size mismatches. */
+ * the longest run of trailing groups with the last group's count and few size mismatches (any
+ * number, when sizes are tolerated). */
 static bool from_markers(const stalloc_trace_t* t, const uint64_t* sizes, size_t n,
-                         st_period* out) {
+                         bool tolerate_sizes, st_period* out) {
   if (t->steps == 0 || n == 0) return false;
   size_t groups = (size_t)t->steps + 1;
   size_t* first = calloc(groups + 1, sizeof *first);
@@ -43,7 +44,7 @@ static bool from_markers(const stalloc_trace_t* t, const uint64_t* sizes, size_t
     if (len == 0) continue;
     size_t g = ref;
     while (g > 0 && first[g] - first[g - 1] == len &&
-           few_mismatches(sizes + first[g - 1], sizes + first[ref], len))
+           (tolerate_sizes || few_mismatches(sizes + first[g - 1], sizes + first[ref], len)))
       g--;
     size_t count = ref - g + 1;
     if (found && count < 2) break; /* keep the last group's answer */
@@ -123,10 +124,10 @@ static bool from_sizes(const uint64_t* s, size_t n, st_period* out) {
 }
 
 void st_period_find(const stalloc_trace_t* trace, const uint64_t* sizes, size_t n,
-                    bool use_markers, st_period* out) {
+                    bool use_markers, bool tolerate_sizes, st_period* out) {
   memset(out, 0, sizeof *out);
   out->start = n;
-  if (use_markers && from_markers(trace, sizes, n, out)) return;
+  if (use_markers && from_markers(trace, sizes, n, tolerate_sizes, out)) return;
   if (!from_sizes(sizes, n, out)) {
     out->start = n;
     out->period = 0;

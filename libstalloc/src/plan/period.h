@@ -14,8 +14,10 @@ typedef struct st_period {
 
 /* Finds the steady state: from step markers when use_markers and the trace has them, else from
  * the period of the alloc-size sequence (exact, or with sizes differing at a minority of
- * positions, as MoE steps do). Never fails: no steady state gives period = 0. */
+ * positions, as MoE steps do). tolerate_sizes: steps between markers with the same alloc
+ * count are one kind whatever their sizes (dynamic padding, a curriculum). Never fails: no
+ * steady state gives period = 0. */
 void st_period_find(const stalloc_trace_t* trace, const uint64_t* sizes, size_t n,
-                    bool use_markers, st_period* out);
+                    bool use_markers, bool tolerate_sizes, st_period* out);
 
 #endif

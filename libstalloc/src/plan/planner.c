@@ -414,7 +414,7 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   }
 
   if (prm->detect_period) {
-    st_period_find(t, pl->sizes, n, prm->use_step_markers != 0, &pl->per);
+    st_period_find(t, pl->sizes, n, prm->use_step_markers != 0, prm->tolerate_sizes != 0, &pl->per);
     if (pl->per.period && !pl->per.from_markers) choose_phase(pl->sizes, pl->free_pos, n, &pl->per);
   } else {
     pl->per = (st_period){n, 0, 0, false};
@@ -439,8 +439,8 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
     goto oom;
   size_t warm_start = 0, warm_len = 0;
   if (pl->per.from_markers) warm_len = warm_prefix(t, pl->sizes, S, P, &warm_start);
-  st_classify(pl->sizes, pl->free_pos, n, &pl->per, true, tiny, warm_start, warm_len, pl->pro,
-              pl->it);
+  st_classify(pl->sizes, pl->free_pos, n, &pl->per, true, tiny, warm_start, warm_len,
+              prm->tolerate_sizes != 0, pl->pro, pl->it);
   stalloc_status_t s;
   plan->prologue_count = S;
   plan->iteration_count = P;

@@ -93,6 +93,9 @@ stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
     free(r);
   }
   u64map_destroy(&a->live);
+  st_online_destroy(a->online);
+  for (size_t i = 0; i < a->retired_count; i++) st_runtime_destroy(a->retired[i]);
+  free(a->retired);
   st_runtime_destroy(a->runtime);
   st_slab_destroy(a->slab);
   st_fallback_destroy(a->fallback);
@@ -121,6 +124,14 @@ static void count_alloc(stalloc_allocator_t* a, uint64_t size) {
   st->active_blocks++;
   if (st->active_blocks > st->peak_active_blocks) st->peak_active_blocks = st->active_blocks;
   st->alloc_count++;
+}
+
+static void online_event(stalloc_allocator_t* a, uint8_t kind, uint64_t id, uint64_t size,
+                         const void* ptr, uint64_t stream, uint8_t flags) {
+  stalloc_event_t e = {.id = id, .size = size, .address = (uint64_t)(uintptr_t)ptr,
+                       .stream = stream, .device = (int16_t)a->options.device, .kind = kind,
+                       .flags = flags};
+  st_online_event(a->online, &e);
 }
 
 /* Picks the pool: in plan mode the runtime decides (planned offset, reusable space, slab or
@@ -176,10 +187,15 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
     } else {
       *r = (live_block){.ptr = p, .size = size, .id = a->next_id++, .stream = stream,
                         .recording = a->recorder ? a->recording : 0, .device = (int16_t)device,
-                        .origin = origin, .handle = handle};
+                        .origin = origin, .handle = handle,
+                        .runtime = origin == ORIGIN_PLAN ? a->runtime : NULL};
       u64map_put(&a->live, (uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)r);
       count_alloc(a, size);
       st_record_event(a, STALLOC_EVENT_ALLOC, r->id, size, p, stream, device, 0);
+      if (a->online && st_online_recording(a->online)) {
+        r->online_recording = st_online_recording_number(a->online);
+        online_event(a, STALLOC_EVENT_ALLOC, r->id, size, p, stream, 0);
+      }
       *ptr = p;
     }
   }
@@ -211,10 +227,24 @@ static stalloc_status_t find_live(stalloc_allocator_t* a, const void* ptr, const
   return st_fail(STALLOC_ERR_UNKNOWN_POINTER, "%s: %p was not given out by this allocator (or not recently)", what, ptr);
 }
 
+/* A replaced plan's pool goes back once its last block is freed. Lock held. */
+static void retire_if_idle(stalloc_allocator_t* a, st_runtime* rt) {
+  if (rt == a->runtime || !st_runtime_idle(rt)) return;
+  for (size_t i = 0; i < a->retired_count; i++)
+    if (a->retired[i] == rt) {
+      a->retired[i] = a->retired[--a->retired_count];
+      st_runtime_destroy(rt);
+      return;
+    }
+}
+
 static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream) {
   u64map_remove(&a->live, (uint64_t)(uintptr_t)r->ptr, NULL);
   switch (r->origin) {
-    case ORIGIN_PLAN: st_runtime_free(a->runtime, r->handle, stream); break;
+    case ORIGIN_PLAN:
+      st_runtime_free(r->runtime, r->handle, stream);
+      retire_if_idle(a, r->runtime);
+      break;
     case ORIGIN_SLAB: st_slab_free(a->slab, r->handle, stream); break;
     default: st_fallback_free(a->fallback, r->handle, stream); break;
   }
@@ -225,6 +255,11 @@ static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream)
   a->stats.free_count++;
   st_record_event(a, STALLOC_EVENT_FREE, r->id, r->size, r->ptr, stream, r->device,
                   r->recording && r->recording == a->recording ? 0 : STALLOC_EVENT_FLAG_UNMATCHED);
+  if (a->online && st_online_recording(a->online)) {
+    bool mine = r->online_recording && r->online_recording == st_online_recording_number(a->online);
+    online_event(a, STALLOC_EVENT_FREE, r->id, r->size, r->ptr, stream,
+                 mine ? 0 : STALLOC_EVENT_FLAG_UNMATCHED);
+  }
   drop_record(a, r);
 }
 
@@ -274,6 +309,21 @@ stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* a) {
   return STALLOC_OK;
 }
 
+/* The counters of every plan served so far. Lock held. */
+static st_runtime_counters runtime_counters(const stalloc_allocator_t* a) {
+  st_runtime_counters c = a->past;
+  if (a->runtime) {
+    const st_runtime_counters* r = st_runtime_counters_of(a->runtime);
+    c.hits += r->hits;
+    c.misses += r->misses;
+    c.resyncs += r->resyncs;
+    c.dynamic += r->dynamic;
+    c.hit_bytes += r->hit_bytes;
+    c.miss_bytes += r->miss_bytes;
+  }
+  return c;
+}
+
 void stalloc_stats_init(stalloc_stats_t* s) {
   if (!s) return;
   memset(s, 0, sizeof *s);
@@ -290,13 +340,11 @@ stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* a, stalloc_stats_t
   s.segment_count = a->budget.segments;
   s.backend_allocs = a->budget.backend_allocs;
   s.backend_frees = a->budget.backend_frees;
-  if (a->runtime) {
-    const st_runtime_counters* c = st_runtime_counters_of(a->runtime);
-    s.plan_hits = c->hits;
-    s.plan_misses = c->misses;
-    s.resyncs = c->resyncs;
-    s.dynamic_allocs = c->dynamic;
-  }
+  st_runtime_counters c = runtime_counters(a);
+  s.plan_hits = c.hits;
+  s.plan_misses = c.misses;
+  s.resyncs = c.resyncs;
+  s.dynamic_allocs = c.dynamic;
   UNLOCK(a);
   size_t n = ST_MIN(out->struct_size, sizeof s);
   memcpy((char*)out + sizeof(size_t), (char*)&s + sizeof(size_t), n - sizeof(size_t));
@@ -314,8 +362,43 @@ stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* a) {
   s->plan_hits = s->plan_misses = s->resyncs = s->dynamic_allocs = s->fallback_allocs = 0;
   s->steps = 0;
   if (a->runtime) st_runtime_reset_counters(a->runtime);
+  a->past = (st_runtime_counters){0};
+  a->step_hit_bytes = a->step_miss_bytes = 0;
   a->budget.backend_allocs = a->budget.backend_frees = 0;
   UNLOCK(a);
+  return STALLOC_OK;
+}
+
+/* Serves `plan` from now on, its position `position` (the number of the run's allocs it has
+ * seen). A plan already served is replaced: its pool stays until its last block is freed,
+ * its counters add to the allocator's. Lock held. */
+static stalloc_status_t install_plan(stalloc_allocator_t* a, const stalloc_plan* plan, uint64_t position,
+                                     bool shaped) {
+  st_runtime* rt = NULL;
+  stalloc_status_t s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment,
+                                         plan, position, shaped, &rt);
+  if (!s && !a->slab)
+    s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.tiny_alignment, &a->slab);
+  if (!s && a->runtime && a->retired_count == a->retired_cap) {
+    size_t cap = a->retired_cap ? 2 * a->retired_cap : 4;
+    st_runtime** r = realloc(a->retired, cap * sizeof *r);
+    if (!r) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
+    else a->retired = r, a->retired_cap = cap;
+  }
+  if (s) {
+    st_runtime_destroy(rt);
+    return s;
+  }
+  if (a->runtime) {
+    a->past = runtime_counters(a);
+    a->retired[a->retired_count++] = a->runtime;
+    st_runtime* old = a->runtime;
+    a->runtime = rt;
+    retire_if_idle(a, old);
+  } else {
+    a->runtime = rt;
+  }
+  st_fallback_exact_segments(a->fallback, true);
   return STALLOC_OK;
 }
 
@@ -325,32 +408,74 @@ stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t s
   a->stats.steps++;
   if (a->runtime) st_runtime_step(a->runtime);
   st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
+  if (a->online) {
+    st_runtime_counters c = runtime_counters(a);
+    uint64_t missed = c.miss_bytes - a->step_miss_bytes, served = c.hit_bytes - a->step_hit_bytes;
+    a->step_miss_bytes = c.miss_bytes;
+    a->step_hit_bytes = c.hit_bytes;
+    stalloc_event_t marker = {.id = step, .device = (int16_t)a->options.device, .kind = STALLOC_EVENT_STEP};
+    const stalloc_plan* plan = st_online_step(a->online, &marker, missed, served);
+    if (plan) {
+      /* The recording's cached segments go back first, so the pool does not stack on them.
+       * The plan's iteration begins at a step marker: the next alloc is its first position. */
+      st_fallback_release_cached(a->fallback);
+      stalloc_status_t s = install_plan(a, plan, plan->prologue_count, true);
+      st_online_switched(a->online, s, s ? 0 : st_runtime_pool_size(a->runtime));
+      st_clear_error();
+    }
+  }
   UNLOCK(a);
   return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_online_start(stalloc_allocator_t* a, const stalloc_online_params_t* params) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: NULL allocator");
+  LOCK(a);
+  stalloc_status_t s = STALLOC_OK;
+  if (a->online || a->runtime)
+    s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: this allocator already %s",
+                a->online ? "runs the online lifecycle" : "serves a plan");
+  else
+    s = st_online_create(params, a->options.alignment, &a->online);
+  UNLOCK(a);
+  return s;
+}
+
+stalloc_status_t stalloc_allocator_online_info(stalloc_allocator_t* a, stalloc_online_info_t* info) {
+  if (!a || !info || info->struct_size < sizeof(size_t))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_info: NULL argument or info not initialised");
+  LOCK(a);
+  stalloc_status_t s = STALLOC_OK;
+  if (a->online) {
+    s = st_online_info(a->online, info);
+  } else {
+    size_t keep = info->struct_size;
+    memset((char*)info + sizeof(size_t), 0, ST_MIN(keep, sizeof(stalloc_online_info_t)) - sizeof(size_t));
+  }
+  UNLOCK(a);
+  return s;
+}
+
+stalloc_status_t stalloc_allocator_online_plans(stalloc_allocator_t* a, stalloc_online_plan_record_t* records,
+                                                size_t capacity, size_t* count) {
+  if (!a || !count || (capacity && !records))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_plans: NULL argument");
+  LOCK(a);
+  *count = 0;
+  stalloc_status_t s = a->online ? st_online_plans(a->online, records, capacity, count) : STALLOC_OK;
+  UNLOCK(a);
+  return s;
 }
 
 stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struct stalloc_plan* plan) {
   if (!a || !plan) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: NULL argument");
   LOCK(a);
-  stalloc_status_t s = STALLOC_OK;
-  st_runtime* rt = NULL;
-  st_slab* slab = NULL;
-  if (a->runtime) {
-    s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: this allocator already serves a plan");
-  } else {
-    /* Blocks already live stay in the fallback pool; the plan's positions count from the
-     * first alloc of the run. */
-    s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment, plan,
-                          a->allocs_seen, &rt);
-    if (!s) s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.tiny_alignment, &slab);
-    if (s) {
-      st_runtime_destroy(rt);
-    } else {
-      a->runtime = rt;
-      a->slab = slab;
-      st_fallback_exact_segments(a->fallback, true);
-    }
-  }
+  stalloc_status_t s;
+  if (a->runtime || a->online)
+    s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: this allocator already %s",
+                a->runtime ? "serves a plan" : "runs the online lifecycle, which loads its own plans");
+  else /* blocks already live stay in the fallback pool; positions count from the run's first alloc */
+    s = install_plan(a, plan, a->allocs_seen, false);
   UNLOCK(a);
   return s;
 }

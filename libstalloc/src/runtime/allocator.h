@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "runtime/fallback.h"
+#include "runtime/online.h"
 #include "runtime/runtime.h"
 #include "runtime/slab.h"
 #include "base/u64map.h"
@@ -24,9 +25,11 @@ typedef struct live_block {
   uint64_t id;        /* request id, for traces */
   uint64_t stream;
   uint32_t recording; /* the recording it was allocated in; 0 = none */
+  uint32_t online_recording; /* the online lifecycle's recording it was allocated in; 0 = none */
   int16_t device;
   uint8_t origin;     /* block_origin */
   void* handle;       /* the pool's own record, by origin */
+  st_runtime* runtime; /* ORIGIN_PLAN: the pool it lies in (a replaced plan's, until freed) */
   struct live_block* next_spare;
 } live_block;
 
@@ -54,6 +57,12 @@ struct stalloc_allocator {
 
   stalloc_trace_writer_t* recorder; /* non-NULL while recording */
   uint32_t recording;               /* number of the current or last recording */
+
+  st_online* online;                /* non-NULL once the online lifecycle started */
+  st_runtime** retired;             /* replaced plans' pools that still hold live blocks */
+  size_t retired_count, retired_cap;
+  st_runtime_counters past;         /* counters of the plans replaced so far */
+  uint64_t step_hit_bytes, step_miss_bytes; /* hit and missed bytes at the last marker */
 };
 
 #endif

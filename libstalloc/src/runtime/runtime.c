@@ -29,6 +29,8 @@
 #define WINDOW 64      /* positions searched each way around the cursor */
 #define LOST_EXTRA 256 /* how much further forward the search reaches after many misses */
 #define DOOMED_MAX 16
+#define LOST_IN_POOL 8 /* misses in a row after which the plan's slots are not being claimed
+                          (a step of another kind): misses then go into the pool's free space */
 
 enum { NODE_LIVE = 1, NODE_PENDING = 2 };
 
@@ -58,6 +60,7 @@ struct st_runtime {
   size_t window_count;
   st_reuse_range* ranges;
   bool use_steps;
+  bool shaped;        /* entries hold the largest size seen: a smaller request takes the slot */
 
   uint64_t cursor;    /* virtual position of the next alloc */
   uint64_t cur_idx;   /* its entry index, or P + I when there is none */
@@ -70,6 +73,7 @@ struct st_runtime {
   st_range_node* doomed[DOOMED_MAX];
   size_t doomed_count;
   uint32_t rng;
+  uint64_t nodes; /* live and pending blocks in the pool */
   st_runtime_counters c;
 };
 
@@ -149,6 +153,7 @@ static st_range_node* node_new(st_runtime* rt, uint64_t start, uint64_t end, uin
   *n = (st_range_node){.start = start, .end = end, .max_end = end, .prio = rt->rng,
                        .state = NODE_LIVE, .stream = stream};
   rt->root = tr_insert(rt->root, n);
+  rt->nodes++;
   return n;
 }
 
@@ -163,6 +168,7 @@ static void node_drop(st_runtime* rt, st_range_node* n) {
   }
   n->pnext = rt->spare;
   rt->spare = n;
+  rt->nodes--;
 }
 
 static bool event_done(st_runtime* rt, st_range_node* n) {
@@ -246,6 +252,20 @@ static bool place_dynamic(st_runtime* rt, uint32_t w, uint64_t size, uint64_t* o
   return true;
 }
 
+/* A miss while the run is off the plan (an evaluation step, a shape never seen): best fit
+ * anywhere in the pool between the live blocks, rather than a second pool stacked on top.
+ * The treap keeps it safe: a planned request whose range it still holds misses in turn. */
+static bool place_in_pool(st_runtime* rt, uint64_t size, uint64_t* offset) {
+  gap_search g = {.need = st_align_up(size, rt->alignment), .align = rt->alignment,
+                  .best = UINT64_MAX, .best_waste = UINT64_MAX, .pos = 0, .end = rt->pool_size};
+  if (!g.need || g.need > rt->pool_size) return false;
+  walk_gaps(rt->root, &g);
+  if (g.pos < g.end) consider_gap(&g, g.pos, g.end);
+  if (g.best == UINT64_MAX) return false;
+  *offset = g.best;
+  return true;
+}
+
 /* ---- matching the run against the plan ---- */
 
 static inline const st_plan_entry* entry_at(const st_runtime* rt, uint64_t v) {
@@ -269,6 +289,14 @@ static inline void advance(st_runtime* rt) {
 static inline bool size_fits(const st_plan_entry* e, uint64_t size) {
   return e->size == size || e->cls == PLAN_CLASS_DYNAMIC ||
          (e->cls == PLAN_CLASS_TINY && size <= ST_TINY_MAX);
+}
+
+/* With a plan made for the largest shapes seen (the online lifecycle), a request at the cursor
+ * no larger than its slot takes it (a shorter batch); elsewhere only an equal size counts as
+ * evidence of a position. A plan of exact sizes keeps exact matching at the cursor too: there
+ * a smaller request is more often an extra one. */
+static inline bool fits_slot(const st_runtime* rt, const st_plan_entry* e, uint64_t size) {
+  return size_fits(e, size) || (rt->shaped && size <= e->size && size > ST_TINY_MAX);
 }
 
 /* How many of hist[h], hist[h+1], ... match the entries at v, v-1, ... in a row. */
@@ -334,7 +362,7 @@ static void push_history(st_runtime* rt, uint64_t size) {
 static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
   if (rt->cur_idx < rt->P + rt->I) {
     const st_plan_entry* e = &rt->entries[rt->cur_idx];
-    if (size_fits(e, size)) {
+    if (fits_slot(rt, e, size)) {
       advance(rt);
       rt->lost = 0;
       push_history(rt, size);
@@ -461,7 +489,7 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
 
 stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
                                    st_budget* budget, uint64_t alignment, const stalloc_plan* plan,
-                                   uint64_t position, st_runtime** out) {
+                                   uint64_t position, bool shaped, st_runtime** out) {
   stalloc_status_t s = check_plan(plan, alignment);
   if (s) return s;
   st_runtime* rt = calloc(1, sizeof *rt);
@@ -474,6 +502,7 @@ stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const 
   rt->P = plan->prologue_count;
   rt->I = plan->iteration_count;
   rt->use_steps = plan->uses_step_markers != 0;
+  rt->shaped = shaped;
   size_t n = (size_t)(rt->P + rt->I);
   rt->entries = malloc((n ? n : 1) * sizeof *rt->entries);
   rt->window_of = malloc((rt->I ? rt->I : 1) * sizeof *rt->window_of);
@@ -544,6 +573,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
       st_range_node* n = node_new(rt, e->offset, e->offset + end, stream);
       if (!n) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
       rt->c.hits++;
+      rt->c.hit_bytes += size;
       *outcome = RT_HIT;
       *ptr = rt->base + e->offset;
       *node = n;
@@ -566,8 +596,9 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
   if (e && e->cls == PLAN_CLASS_DYNAMIC) w = e->window;
   else if (e && (size_t)(e - rt->entries) >= rt->P) w = rt->window_of[(size_t)(e - rt->entries) - rt->P];
   else if (!e && expected >= rt->P && rt->I) w = rt->window_of[(expected - rt->P) % rt->I];
+  if (!e || (e->cls != PLAN_CLASS_DYNAMIC)) rt->c.miss_bytes += size;
   uint64_t off;
-  if (w != UINT32_MAX && place_dynamic(rt, w, size, &off)) {
+  if ((w != UINT32_MAX && place_dynamic(rt, w, size, &off)) || (rt->lost >= LOST_IN_POOL && place_in_pool(rt, size, &off))) {
     st_range_node* n = node_new(rt, off, off + end, stream);
     if (!n) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
     rt->c.dynamic++;
@@ -605,6 +636,11 @@ void st_runtime_step(st_runtime* rt) {
   set_cursor(rt, rt->cursor - k + rt->I);
   rt->lost = 0;
   rt->c.resyncs++;
+}
+
+bool st_runtime_idle(st_runtime* rt) {
+  while (rt->pending_head && event_done(rt, rt->pending_head)) node_drop(rt, rt->pending_head);
+  return rt->nodes == 0;
 }
 
 const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt) { return &rt->c; }

@@ -20,13 +20,17 @@ typedef enum st_rt_outcome {
 
 typedef struct st_runtime_counters {
   uint64_t hits, misses, resyncs, dynamic;
+  uint64_t hit_bytes;  /* requested bytes served at their planned offset */
+  uint64_t miss_bytes; /* requested bytes (> 512 B) of requests the plan did not cover */
 } st_runtime_counters;
 
 /* Copies the plan (the caller may destroy it) after checking it, and reserves the pool.
- * `position` is the number of allocs the run made before the plan was loaded. */
+ * `position` is the number of allocs the run made before the plan was loaded. `shaped`: the
+ * plan holds the largest size seen per position, so a smaller request at the cursor takes
+ * its slot. */
 stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
                                    st_budget* budget, uint64_t alignment, const stalloc_plan* plan,
-                                   uint64_t position, st_runtime** out);
+                                   uint64_t position, bool shaped, st_runtime** out);
 /* Gives the pool back, live blocks included. */
 void st_runtime_destroy(st_runtime* rt);
 /* Matches the request against the plan (advancing or resynchronising the position) and, for
@@ -37,6 +41,9 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
 void st_runtime_free(st_runtime* rt, st_range_node* node, uint64_t stream);
 /* A step marker: with a plan made from step markers, the next alloc starts an iteration. */
 void st_runtime_step(st_runtime* rt);
+/* True when no block of the pool is live or waiting for its stream (a replaced plan's pool
+ * is given back then). */
+bool st_runtime_idle(st_runtime* rt);
 const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt);
 void st_runtime_reset_counters(st_runtime* rt);
 uint64_t st_runtime_pool_size(const st_runtime* rt);

@@ -15,6 +15,7 @@ void stalloc_replay_options_init(stalloc_replay_options_t* o) {
   o->backend = STALLOC_BACKEND_VIRTUAL;
   o->check_overlap = 1;
   o->use_steps = 1;
+  stalloc_online_params_init(&o->online_params);
 }
 
 void stalloc_replay_result_init(stalloc_replay_result_t* r) {
@@ -137,10 +138,91 @@ static void timeline_note(timeline* tl, uint64_t k, stalloc_allocator_t* a) {
   }
 }
 
+/* Per-step figures as the replay goes (see stalloc_replay_steps). */
+typedef struct step_log {
+  stalloc_replay_step_t* steps;
+  size_t capacity, count;
+  bool any_event;          /* an alloc or free seen: a marker now opens a new step */
+  uint64_t hit0, miss0;    /* the allocator's byte counters when the step began */
+} step_log;
+
+static void step_note(step_log* sl, stalloc_allocator_t* a) {
+  if (!sl->count) sl->count = 1;
+  size_t k = sl->count - 1;
+  if (k >= sl->capacity) return;
+  stalloc_replay_step_t* s = &sl->steps[k];
+  s->peak_allocated = ST_MAX(s->peak_allocated, a->stats.allocated_bytes);
+  s->peak_reserved = ST_MAX(s->peak_reserved, a->budget.reserved);
+  st_runtime_counters c = a->past;
+  if (a->runtime) {
+    c.hit_bytes += st_runtime_counters_of(a->runtime)->hit_bytes;
+    c.miss_bytes += st_runtime_counters_of(a->runtime)->miss_bytes;
+  }
+  s->hit_bytes = c.hit_bytes - sl->hit0;
+  s->miss_bytes = c.miss_bytes - sl->miss0;
+}
+
+static void step_open(step_log* sl, stalloc_allocator_t* a) {
+  if (!sl->any_event && sl->count <= 1) return; /* a leading marker opens step 0 itself */
+  step_note(sl, a); /* close the step */
+  size_t k = sl->count - 1;
+  if (k < sl->capacity) {
+    sl->hit0 += sl->steps[k].hit_bytes;
+    sl->miss0 += sl->steps[k].miss_bytes;
+  } else {
+    st_runtime_counters c = a->past;
+    if (a->runtime) {
+      c.hit_bytes += st_runtime_counters_of(a->runtime)->hit_bytes;
+      c.miss_bytes += st_runtime_counters_of(a->runtime)->miss_bytes;
+    }
+    sl->hit0 = c.hit_bytes;
+    sl->miss0 = c.miss_bytes;
+  }
+  sl->count++;
+  if (sl->count - 1 < sl->capacity) memset(&sl->steps[sl->count - 1], 0, sizeof *sl->steps);
+}
+
+static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
+                                    const stalloc_replay_options_t* options,
+                                    stalloc_replay_result_t* result, uint64_t* timeline_event,
+                                    uint64_t* timeline_allocated, uint64_t* timeline_reserved,
+                                    step_log* sl, stalloc_online_plan_record_t* plans,
+                                    size_t plan_capacity, size_t* plan_count);
+
 stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
                                          const stalloc_replay_options_t* options,
                                          stalloc_replay_result_t* result, uint64_t* timeline_event,
                                          uint64_t* timeline_allocated, uint64_t* timeline_reserved) {
+  step_log sl = {0};
+  size_t plan_count;
+  return replay_core(trace, plan, options, result, timeline_event, timeline_allocated,
+                     timeline_reserved, &sl, NULL, 0, &plan_count);
+}
+
+stalloc_status_t stalloc_replay_steps(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
+                                      const stalloc_replay_options_t* options,
+                                      stalloc_replay_result_t* result, stalloc_replay_step_t* steps,
+                                      size_t step_capacity, size_t* step_count,
+                                      stalloc_online_plan_record_t* plans, size_t plan_capacity,
+                                      size_t* plan_count) {
+  if ((step_capacity && !steps) || (plan_capacity && !plans))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay_steps: a capacity is set but its array is NULL");
+  step_log sl = {.steps = steps, .capacity = step_capacity};
+  if (step_capacity) memset(steps, 0, sizeof *steps);
+  size_t pc = 0;
+  stalloc_status_t s = replay_core(trace, plan, options, result, NULL, NULL, NULL, &sl, plans,
+                                   plan_capacity, &pc);
+  if (step_count) *step_count = sl.count ? sl.count : 1;
+  if (plan_count) *plan_count = pc;
+  return s;
+}
+
+static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
+                                    const stalloc_replay_options_t* options,
+                                    stalloc_replay_result_t* result, uint64_t* timeline_event,
+                                    uint64_t* timeline_allocated, uint64_t* timeline_reserved,
+                                    step_log* sl, stalloc_online_plan_record_t* plans,
+                                    size_t plan_capacity, size_t* plan_count) {
   if (!trace || !result || result->struct_size < sizeof(size_t))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: NULL trace or result (or result not initialised)");
   stalloc_replay_options_t o;
@@ -155,6 +237,8 @@ stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace, const sta
   if (o.backend != STALLOC_BACKEND_VIRTUAL && o.backend != STALLOC_BACKEND_HOST)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: backend must be virtual or host, not %s",
                    stalloc_backend_name(o.backend));
+  if (o.online && plan)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: an online replay makes its own plans; give none");
   if (o.check_data && o.backend != STALLOC_BACKEND_HOST)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: the data check needs the host backend");
   if (o.timeline_points && (!timeline_event || !timeline_allocated || !timeline_reserved))
@@ -182,6 +266,14 @@ stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace, const sta
     stalloc_allocator_destroy(a);
     return s;
   }
+  if (o.online) {
+    stalloc_online_params_t op = o.online_params;
+    op.wait_for_plan = 1; /* a replay is a simulation: its figures must not depend on the machine */
+    if ((s = stalloc_allocator_online_start(a, &op))) {
+      stalloc_allocator_destroy(a);
+      return s;
+    }
+  }
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -196,8 +288,13 @@ stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace, const sta
     if (i && tl.points) timeline_note(&tl, i - 1, a); /* the previous event, now done */
     const stalloc_event_t* e = &trace->events[i];
     if (e->kind == STALLOC_EVENT_STEP) {
+      step_open(sl, a);
       if (o.use_steps) s = stalloc_allocator_step_begin(a, e->id);
-    } else if (e->kind == STALLOC_EVENT_ALLOC) {
+      step_note(sl, a);
+      continue;
+    }
+    sl->any_event = true;
+    if (e->kind == STALLOC_EVENT_ALLOC) {
       live_req* r = &reqs[next_req++];
       r->size = e->size;
       s = stalloc_allocator_alloc(a, (size_t)e->size, 0, e->stream, &r->ptr);
@@ -222,6 +319,7 @@ stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace, const sta
         checked++;
       }
       if (!s && o.check_data) fill(r->ptr, e->size, e->id);
+      step_note(sl, a);
     } else if (e->kind == STALLOC_EVENT_FREE) {
       if (e->flags & STALLOC_EVENT_FLAG_UNMATCHED) continue;
       uint64_t v;
@@ -265,6 +363,7 @@ stalloc_status_t stalloc_replay_timeline(const stalloc_trace_t* trace, const sta
     size_t n = ST_MIN(result->struct_size, sizeof out);
     memcpy((char*)result + sizeof(size_t), (char*)&out + sizeof(size_t), n - sizeof(size_t));
   }
+  if (o.online) stalloc_allocator_online_plans(a, plans, plan_capacity, plan_count);
   u64map_destroy(&ids);
   free(set.start);
   free(set.end);

@@ -1,0 +1,38 @@
+/* online.h - the online lifecycle (online.c): record the first steps in memory, plan them on a
+ * background thread, switch to the plan at a step boundary, watch each step's fit and re-plan
+ * when the run drifts. Called by allocator.c with the allocator's lock held. */
+#ifndef STALLOC_ONLINE_H
+#define STALLOC_ONLINE_H
+
+#include "base/internal.h"
+
+typedef struct st_online st_online;
+
+stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_t alignment,
+                                  st_online** out);
+/* Waits for a planning thread still running and frees everything. */
+void st_online_destroy(st_online* on);
+
+/* True while steps are being recorded (alloc/free events are wanted). */
+bool st_online_recording(const st_online* on);
+/* The number of the current recording (0: none); a block remembers it to tell, at its free,
+ * whether its alloc is in the same recording. */
+uint32_t st_online_recording_number(const st_online* on);
+/* Appends one event to the recording. A failure (no host memory) ends the recording quietly:
+ * the allocator goes on without a new plan. */
+void st_online_event(st_online* on, const stalloc_event_t* event);
+
+/* A step boundary (`marker`: its STEP event, which a recording keeps). `missed` and `served` are
+ * the bytes that missed and hit the plan in the step that just ended (0, 0 before any plan).
+ * Returns a plan to switch to now, or NULL; the caller loads it and reports back with
+ * st_online_switched. */
+const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* marker,
+                                          uint64_t missed, uint64_t served);
+/* The plan st_online_step returned was loaded (status OK) or refused. */
+void st_online_switched(st_online* on, stalloc_status_t status, uint64_t pool_size);
+
+stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info);
+stalloc_status_t st_online_plans(const st_online* on, stalloc_online_plan_record_t* records,
+                                 size_t capacity, size_t* count);
+
+#endif

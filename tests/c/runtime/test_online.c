@@ -1,0 +1,133 @@
+/* test_online.c - the online lifecycle through the C API, with a real planning thread: the
+ * switch comes at a step boundary without blocking it, a run whose shapes grow is re-planned,
+ * a replaced pool goes back once its blocks are freed, and an allocator destroyed while its
+ * planner runs waits for it. TSan checks the thread's hand-over in CI. */
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+
+#define LAYERS 16
+
+static void nap(void) {
+  struct timespec ts = {0, 2 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* One training-like step: activations kept through the forward, freed in reverse. */
+static void step(stalloc_allocator_t* a, uint64_t scale) {
+  void* act[LAYERS];
+  for (int i = 0; i < LAYERS; i++) {
+    CHECK_OK(stalloc_allocator_alloc(a, (size_t)(scale * (4 + i % 3) * 4096), 0, 0, &act[i]));
+    void* tmp;
+    CHECK_OK(stalloc_allocator_alloc(a, (size_t)(scale * 8192), 0, 0, &tmp));
+    CHECK_OK(stalloc_allocator_free(a, tmp));
+  }
+  for (int i = LAYERS - 1; i >= 0; i--) CHECK_OK(stalloc_allocator_free(a, act[i]));
+}
+
+static stalloc_allocator_t* make(void) {
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_VIRTUAL;
+  stalloc_allocator_t* a;
+  CHECK_OK(stalloc_allocator_create(&o, &a));
+  return a;
+}
+
+static stalloc_online_info_t info_of(stalloc_allocator_t* a) {
+  stalloc_online_info_t info;
+  stalloc_online_info_init(&info);
+  CHECK_OK(stalloc_allocator_online_info(a, &info));
+  return info;
+}
+
+static void test_switches_in_the_background_and_replans(void) {
+  stalloc_allocator_t* a = make();
+  CHECK_OK(stalloc_allocator_online_start(a, NULL));
+  void* weights;
+  CHECK_OK(stalloc_allocator_alloc(a, 1 << 20, 0, 0, &weights));
+  uint64_t n = 0;
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  CHECK(info_of(a).state == STALLOC_ONLINE_RECORDING);
+  /* Steps go on until the plan is in use; no boundary waits for the planner. */
+  for (int i = 0; i < 200 && info_of(a).plans_switched == 0; i++) {
+    step(a, 4);
+    CHECK_OK(stalloc_allocator_step_begin(a, n++));
+    nap();
+  }
+  stalloc_online_info_t info = info_of(a);
+  CHECK(info.plans_switched == 1 && info.state == STALLOC_ONLINE_SERVING && info.recording == 1);
+  stalloc_stats_t before, after;
+  stalloc_stats_init(&before);
+  stalloc_stats_init(&after);
+  CHECK_OK(stalloc_allocator_stats(a, &before));
+  step(a, 3); /* a shorter batch takes the larger slots */
+  CHECK_OK(stalloc_allocator_stats(a, &after));
+  CHECK(after.plan_hits - before.plan_hits == 2 * LAYERS && after.plan_misses == before.plan_misses);
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  /* Larger shapes miss; the next plan covers them. */
+  for (int i = 0; i < 200 && info_of(a).plans_switched < 2; i++) {
+    step(a, 6);
+    CHECK_OK(stalloc_allocator_step_begin(a, n++));
+    nap();
+  }
+  CHECK(info_of(a).plans_switched == 2);
+  stalloc_stats_init(&before);
+  CHECK_OK(stalloc_allocator_stats(a, &before));
+  step(a, 6);
+  CHECK_OK(stalloc_allocator_stats(a, &after));
+  CHECK(after.plan_hits - before.plan_hits == 2 * LAYERS && after.plan_misses == before.plan_misses);
+  /* The first pool went back when its last block was freed: one pool's worth is reserved. */
+  stalloc_online_plan_record_t rec[8];
+  size_t count = 0;
+  CHECK_OK(stalloc_allocator_online_plans(a, rec, 8, &count));
+  CHECK(count >= 2 && rec[0].switched_step != UINT64_MAX && rec[1].switched_step > rec[0].switched_step);
+  CHECK(rec[1].pool_size > rec[0].pool_size && rec[0].plan_seconds >= 0 && rec[0].status == 0);
+  CHECK(after.reserved_bytes < rec[0].pool_size + rec[1].pool_size + (8u << 20));
+  CHECK_OK(stalloc_allocator_free(a, weights));
+  CHECK_OK(stalloc_allocator_destroy(a));
+}
+
+static void test_destroy_while_planning(void) {
+  stalloc_allocator_t* a = make();
+  stalloc_online_params_t p;
+  stalloc_online_params_init(&p);
+  p.record_steps = 2;
+  p.time_limit = 1.0;
+  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  for (uint64_t n = 0; n < 3; n++) {
+    CHECK_OK(stalloc_allocator_step_begin(a, n));
+    step(a, 2);
+  }
+  CHECK_OK(stalloc_allocator_step_begin(a, 3)); /* planning starts here */
+  CHECK_OK(stalloc_allocator_destroy(a));     /* joins the thread, frees its job */
+}
+
+static void test_misuse(void) {
+  stalloc_allocator_t* a = make();
+  stalloc_online_params_t p;
+  stalloc_online_params_init(&p);
+  p.record_steps = 1;
+  CHECK_STATUS(stalloc_allocator_online_start(a, &p), STALLOC_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(stalloc_last_error(), "record_steps") != NULL);
+  p.struct_size = 0;
+  CHECK_STATUS(stalloc_allocator_online_start(a, &p), STALLOC_ERR_INVALID_ARGUMENT);
+  CHECK_OK(stalloc_allocator_online_start(a, NULL));
+  CHECK_STATUS(stalloc_allocator_online_start(a, NULL), STALLOC_ERR_INVALID_ARGUMENT);
+  size_t count = 1;
+  CHECK_OK(stalloc_allocator_online_plans(a, NULL, 0, &count));
+  CHECK(count == 0);
+  CHECK_OK(stalloc_allocator_destroy(a));
+  stalloc_allocator_t* b = make();
+  stalloc_online_info_t info = info_of(b);
+  CHECK(info.state == STALLOC_ONLINE_OFF);
+  CHECK_OK(stalloc_allocator_destroy(b));
+}
+
+int main(void) {
+  RUN(test_switches_in_the_background_and_replans);
+  RUN(test_destroy_while_planning);
+  RUN(test_misuse);
+  return 0;
+}

@@ -1,0 +1,124 @@
+"""The online lifecycle (record, plan in the background, switch, re-plan) driven by traces:
+no look-ahead, safety under change, re-plans when shapes change, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stalloc
+from stalloc.replay import replay
+from stalloc.trace import ALLOC, EVENT_DTYPE, FREE, STEP, Trace
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+SHIPPED = sorted(TRACES.glob("*.npz")) + sorted((TRACES / "changing").glob("*.npz"))
+NEVER = 2**64 - 1
+
+
+def shaped_run(scales, layers=12, weights=8, seed=0) -> Trace:
+    """A training-like run: weights first, then per step a forward that keeps one activation
+    per layer plus a temporary, and a backward that frees them in reverse. Activation sizes
+    follow the step's scale (batch x sequence), as dynamic padding or a curriculum make them."""
+    rng = np.random.default_rng(seed)
+    ev, next_id = [], 1
+
+    def alloc(size):
+        nonlocal next_id
+        ev.append((next_id, size, 0, 0, 0, 0, ALLOC, 0))
+        next_id += 1
+        return next_id - 1
+
+    def free(i):
+        ev.append((i, 0, 0, 0, 0, 0, FREE, 0))
+
+    ev.append((0, 0, 0, 0, 0, 0, STEP, 0))
+    for _ in range(weights):
+        alloc(int(rng.integers(64, 256)) * 1024)
+    for step, scale in enumerate(scales, start=1):
+        ev.append((step, 0, 0, 0, 0, 0, STEP, 0))
+        acts = []
+        for layer in range(layers):
+            acts.append(alloc(int(scale * (4 + layer % 3)) * 4096))
+            free(alloc(int(scale * 2) * 4096))
+        for a in reversed(acts):
+            free(alloc(int(scale) * 4096))  # a gradient temporary
+            free(a)
+    ev.append((len(scales) + 1, 0, 0, 0, 0, 0, STEP, 0))
+    return Trace.from_events(np.array(ev, dtype=EVENT_DTYPE))
+
+
+def cut_at_step(trace: Trace, k: int) -> Trace:
+    """The trace up to (not including) its k-th step marker."""
+    ev = np.array(trace.events)
+    markers = np.flatnonzero(ev["kind"] == STEP)
+    return Trace.from_events(ev[: markers[k]]) if k < len(markers) else trace
+
+
+@pytest.mark.parametrize("path", [TRACES / "llama_plain.npz", TRACES / "mixtral_accum.npz"],
+                         ids=lambda p: p.stem)
+def test_no_look_ahead(path):
+    whole = stalloc.load_trace(path)
+    full = replay(whole, online=True)
+    for k in (3, 5, 6):
+        part = replay(cut_at_step(whole, k), online=True)
+        n = len(part["steps"]) - 1  # the last step of the cut trace is unfinished
+        assert n >= 1 and part["steps"][:n] == full["steps"][:n], k
+        used = [p["switched_step"] for p in part["plans"] if p["switched_step"] != NEVER]
+        assert used == [p["switched_step"] for p in full["plans"]
+                        if p["switched_step"] != NEVER and p["switched_step"] <= k]
+
+
+def test_shaped_run_replans_and_takes_smaller_requests():
+    scales = [4, 4, 4, 4, 3, 2, 4, 6, 6, 5, 6, 6, 3, 6]
+    r = replay(shaped_run(scales), online=True)
+    used = [p for p in r["plans"] if p["switched_step"] != NEVER]
+    assert len(used) >= 2  # the first plan, then one for the larger shapes
+    assert all(p["plan_seconds"] >= 0 and p["status"] == 0 for p in used)
+    steps = r["steps"]
+    # Once planned, steps with smaller shapes than the plan's miss nothing: they take the slots.
+    first = used[0]["switched_step"]
+    small = [i for i in range(first, first + 3) if scales[i - 1] <= 4]
+    assert small and all(steps[i]["miss_bytes"] == 0 and steps[i]["hit_bytes"] > 0 for i in small)
+    # After the re-plan for the largest shape, the last steps miss nothing either.
+    assert all(s["miss_bytes"] == 0 for s in steps[-3:])
+
+
+def test_replan_switches_keep_live_blocks_where_they_are():
+    # host backend: every block is filled with a pattern and checked at its free.
+    r = replay(shaped_run([2, 2, 2, 2, 8, 8, 8, 1, 1, 8, 8]), online=True, backend="host", check=True)
+    assert r["checked_events"] == r["requests"]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_online_replay_is_safe_on_every_shipped_trace(path):
+    r = replay(stalloc.load_trace(path), online=True, backend="host", check=True)
+    assert r["checked_events"] == r["requests"]
+    assert r["peak_reserved"] >= r["peak_allocated"]
+
+
+def test_online_params_are_checked():
+    t = shaped_run([1, 1, 1, 1])
+    with pytest.raises(ValueError, match="unknown online parameter"):
+        replay(t, online={"record_step": 3})
+    with pytest.raises(stalloc.StallocError, match="record_steps must be at least 2"):
+        replay(t, online={"record_steps": 1})
+    with pytest.raises(ValueError, match="no plan"):
+        replay(t, plan=stalloc.plan(t), online=True)
+
+
+def test_replay_cli_online_json():
+    out = subprocess.run([sys.executable, "-m", "stalloc", "replay", str(TRACES / "gpt2_plain.npz"),
+                          "--online", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["online"] is True and r["steps"] and r["plans"]
+    assert {"peak_allocated", "peak_reserved"} <= set(r["steps"][0])
+    assert max(s["peak_reserved"] for s in r["steps"]) == r["peak_reserved"]
+    out = subprocess.run([sys.executable, "-m", "stalloc", "replay", str(TRACES / "gpt2_plain.npz"),
+                          "--online", "--plan", "x.stplan"], capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "--online" in out.stderr
