@@ -57,7 +57,8 @@ def _backend_kind(name: str) -> int:
 
 def make_options(backend: str | None = None, device: int | None = None,
                  alignment: int | None = None, memory_limit: int | None = None,
-                 virtual_capacity: int | None = None, tiny_alignment: int | None = None):
+                 virtual_capacity: int | None = None, tiny_alignment: int | None = None,
+                 growable_pool: bool | None = None):
     """A ``stalloc_options_t*`` with the library defaults, overridden by every argument that
     is not None."""
     opts = ffi.new("stalloc_options_t*")
@@ -66,7 +67,8 @@ def make_options(backend: str | None = None, device: int | None = None,
         opts.backend = _backend_kind(backend)
     for name, value in (("device", device), ("alignment", alignment),
                         ("memory_limit", memory_limit), ("virtual_capacity", virtual_capacity),
-                        ("tiny_alignment", tiny_alignment)):
+                        ("tiny_alignment", tiny_alignment),
+                        ("growable_pool", None if growable_pool is None else int(bool(growable_pool)))):
         if value is not None:
             setattr(opts, name, value)
     return opts
@@ -84,8 +86,9 @@ class Allocator(OwnedHandle):
     def __init__(self, backend: str | None = None, device: int | None = None,
                  alignment: int | None = None, memory_limit: int | None = None,
                  virtual_capacity: int | None = None, record_path=None,
-                 tiny_alignment: int | None = None):
-        opts = make_options(backend, device, alignment, memory_limit, virtual_capacity, tiny_alignment)
+                 tiny_alignment: int | None = None, growable_pool: bool | None = None):
+        opts = make_options(backend, device, alignment, memory_limit, virtual_capacity, tiny_alignment,
+                            growable_pool)
         keep = None
         if record_path is not None:
             keep = ffi.new("char[]", os.fsencode(os.fspath(record_path)))

@@ -40,7 +40,7 @@ def _as_plan(plan):
 
 STEP_KEYS = ("peak_allocated", "peak_reserved", "hit_bytes", "miss_bytes")
 PLAN_RECORD_KEYS = ("started_step", "switched_step", "recorded_steps", "pool_size", "plan_peak",
-                    "lower_bound", "plan_seconds", "delay_seconds", "status")
+                    "lower_bound", "plan_seconds", "delay_seconds", "status", "declined")
 # The defaults of the online lifecycle (stalloc_online_params_init), also those of
 # torch_backend.enable().
 ONLINE_DEFAULTS = dict(record_steps=3, replan_steps=2, time_limit=1.0, replan_miss_share=0.02,
@@ -57,7 +57,8 @@ def _online_params(o, online: dict) -> None:
 
 def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
            check_overlap: bool = True, use_steps: bool = True, alignment: int = 0,
-           timeline_points: int = 0, online=False, steps: bool = False) -> dict:
+           timeline_points: int = 0, online=False, steps: bool = False,
+           growable_pool: bool = True) -> dict:
     """Replays ``trace`` (a Trace or a path) through the runtime, from ``plan`` (a Plan, a plan
     file path, or None for the fallback pool alone).
 
@@ -69,6 +70,9 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
     phase included. With ``online`` or ``steps=True`` the result also has ``steps`` (one dict
     per step with STEP_KEYS) and, online, ``plans`` (one dict per plan with PLAN_RECORD_KEYS);
     not with ``timeline_points``, which gives the timeline instead.
+
+    ``growable_pool=False`` serves what no plan covers from PyTorch-style cached segments
+    rather than the growable pool (docs/options.md).
 
     ``check=True`` fills every block with a pattern and verifies it at free (host backend
     only); the overlap check runs on every alloc unless ``check_overlap=False``. Returns a
@@ -89,6 +93,7 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
     o.check_data = int(bool(check))
     o.check_overlap = int(bool(check_overlap))
     o.use_steps = int(bool(use_steps))
+    o.growable_pool = int(bool(growable_pool))
     if online:
         o.online = 1
         _online_params(o, online if isinstance(online, dict) else {})

@@ -74,7 +74,7 @@ import ctypes, os, stalloc
 mock = ctypes.CDLL(os.environ["STALLOC_CUDA_DRIVER"])
 mock.mockcu_stat.restype = ctypes.c_longlong
 mock.mockcu_set_capacity(ctypes.c_ulonglong(64 << 20))
-a = stalloc.Allocator(backend="cuda")
+a = stalloc.Allocator(backend="cuda", growable_pool=False)  # segments from cuMemAlloc
 ptrs = [a.alloc(n) for n in (1000, 3 << 20, 12 << 20)]
 assert all(p % 512 == 0 for p in ptrs)
 ctypes.memset(ptrs[1], 7, 3 << 20)  # the mock's device memory is host memory

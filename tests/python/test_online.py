@@ -74,8 +74,9 @@ def test_no_look_ahead(path):
 
 
 def test_shaped_run_replans_and_takes_smaller_requests():
+    # Cached segments beside the plan (growable_pool=False): every plan is switched to.
     scales = [4, 4, 4, 4, 3, 2, 4, 6, 6, 5, 6, 6, 3, 6]
-    r = replay(shaped_run(scales), online=True)
+    r = replay(shaped_run(scales), online=True, growable_pool=False)
     used = [p for p in r["plans"] if p["switched_step"] != NEVER]
     assert len(used) >= 2  # the first plan, then one for the larger shapes
     assert all(p["plan_seconds"] >= 0 and p["status"] == 0 for p in used)
@@ -90,8 +91,25 @@ def test_shaped_run_replans_and_takes_smaller_requests():
 
 def test_replan_switches_keep_live_blocks_where_they_are():
     # host backend: every block is filled with a pattern and checked at its free.
-    r = replay(shaped_run([2, 2, 2, 2, 8, 8, 8, 1, 1, 8, 8]), online=True, backend="host", check=True)
-    assert r["checked_events"] == r["requests"]
+    for growable in (True, False):
+        r = replay(shaped_run([2, 2, 2, 2, 8, 8, 8, 1, 1, 8, 8]), online=True, backend="host",
+                   check=True, growable_pool=growable)
+        assert r["checked_events"] == r["requests"]
+
+
+def test_a_plan_that_would_reserve_more_is_declined():
+    # Weights allocated between a step's activations (as an optimizer creating its state does)
+    # leave the growable pool's granules shared: a plan's pool would come on top of them.
+    t = stalloc.load_trace(TRACES / "gpt2_plain.npz")
+    r = replay(t, online=True)
+    for p in r["plans"]:
+        assert p["declined"] == (p["switched_step"] == NEVER)
+        if p["declined"]:
+            assert p["status"] == 0 and p["pool_size"] > 0  # the pool it would have needed
+    declined = [p for p in r["plans"] if p["declined"]]
+    assert declined and r["hits"] == 0  # the growable pool served the whole run
+    plain = replay(t)  # no plan at all: the growable pool alone
+    assert r["peak_reserved"] == plain["peak_reserved"]
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)

@@ -47,7 +47,9 @@ def run(args) -> int:
 def _plan_line(p: dict) -> str:
     if p["status"]:
         return f"began at step {p['started_step']}, failed (status {p['status']})"
-    used = (f"switched at step {p['switched_step']}" if p["switched_step"] != 2**64 - 1 else "not used")
+    used = (f"switched at step {p['switched_step']}" if p["switched_step"] != 2**64 - 1 else
+            "declined: the growable pool already serves the run with less memory" if p["declined"]
+            else "not used")
     return (f"began at step {p['started_step']} from {p['recorded_steps']} step(s), planned in "
             f"{p['plan_seconds'] * 1e3:.1f} ms, {used}; pool {fmt_bytes(p['pool_size'])}")
 

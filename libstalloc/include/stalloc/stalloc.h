@@ -102,6 +102,12 @@ typedef struct stalloc_options {
                                      slots of their size rounded up to a power of two (>= this)
                                      and aligned to it, rather than in 512-B slots; power of two
                                      or 0 (= alignment); default 16 (docs/options.md) */
+  int32_t growable_pool;          /* 1 (default): where the backend can map memory in place
+                                     (CUDA virtual memory; host; virtual, which models CUDA's
+                                     2 MiB granules), what no plan covers is served from one
+                                     growable range whose unused granules go back before new
+                                     ones are mapped; 0: PyTorch-style cached segments */
+  int32_t reserved0;
 } stalloc_options_t;
 
 /* Fills the defaults, reading STALLOC_<NAME> environment overrides (see docs/options.md). */
@@ -467,7 +473,9 @@ typedef enum stalloc_online_state {
   STALLOC_ONLINE_OFF = 0,
   STALLOC_ONLINE_RECORDING = 1, /* no plan yet: recording the first steps */
   STALLOC_ONLINE_PLANNING = 2,  /* no plan yet: the first plan is being made */
-  STALLOC_ONLINE_SERVING = 3    /* serving a plan (and maybe recording or planning the next) */
+  STALLOC_ONLINE_SERVING = 3,   /* serving a plan (and maybe recording or planning the next) */
+  STALLOC_ONLINE_POOL = 4       /* no plan: the growable pool serves the run with less memory
+                                   than the plan made from it would need */
 } stalloc_online_state_t;
 
 typedef struct stalloc_online_info {
@@ -492,7 +500,9 @@ typedef struct stalloc_online_plan_record {
   double delay_seconds;      /* from planning done to the switch; negative: the boundary
                                 waited that long for it (wait_for_plan) */
   int32_t status;            /* the planner's or the switch's status; STALLOC_OK when used */
-  int32_t reserved0;
+  int32_t declined;          /* 1: not switched to, because the pool it needs plus what is live
+                                outside it would pass the most the allocator has reserved so
+                                far (the growable pool already serves the run with less) */
 } stalloc_online_plan_record_t;
 
 STALLOC_API void stalloc_online_params_init(stalloc_online_params_t* params);
@@ -522,7 +532,8 @@ typedef struct stalloc_replay_options {
   int32_t online;                 /* 1: drive the online lifecycle (no plan may be given), with
                                      online_params; the first boundary after planning started
                                      waits for it, so a replay is deterministic */
-  int32_t reserved1;
+  int32_t growable_pool;          /* 1 (default): the allocator's growable_pool option (docs/
+                                     options.md); 0: PyTorch-style cached segments */
   stalloc_online_params_t online_params; /* _init fills the defaults; wait_for_plan is forced */
 } stalloc_replay_options_t;
 

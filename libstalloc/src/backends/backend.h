@@ -13,6 +13,7 @@ typedef struct backend_caps {
   bool device_accessible;  /* memory is on a device, not readable by the host */
   bool host_accessible;    /* the host may read and write the bytes */
   bool can_grow;           /* reserve/map/unmap are provided */
+  uint64_t map_granularity;/* map/unmap work in multiples of this; 0 = granularity */
 } backend_caps;
 
 typedef struct backend_ops {

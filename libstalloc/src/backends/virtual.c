@@ -1,13 +1,17 @@
 /* virtual.c - addresses from one reserved, inaccessible range. Nothing is ever
  * touched, so a trace of a 60 GB GPU run replays on a machine with far less memory; any access
  * to the memory faults, which is the point. Segments are carved with a first-fit free list so
- * freed ranges are reused. */
+ * freed ranges are reused. It models CUDA's virtual memory too: reserve carves a range, and
+ * map/unmap take multiples of 2 MiB (CUDA's granularity), so a replay reserves what a growable
+ * pool on a GPU would. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "backends/backend.h"
+
+#define MAP_GRANULE (2ull << 20) /* cuMemGetAllocationGranularity's answer on current GPUs */
 
 typedef struct range {
   uint64_t start, size;
@@ -46,7 +50,7 @@ static stalloc_status_t virtual_create(const stalloc_options_t* options, void** 
   uint64_t lead = st_align_up((uint64_t)(uintptr_t)base, 1ull << 21) - (uint64_t)(uintptr_t)base;
   v->free_ranges[0] = (range){lead, capacity - lead};
   *state = v;
-  *caps = (backend_caps){.granularity = 4096};
+  *caps = (backend_caps){.granularity = 4096, .can_grow = true, .map_granularity = MAP_GRANULE};
   return STALLOC_OK;
 }
 
@@ -127,10 +131,36 @@ static stalloc_status_t virtual_free(void* state, void* ptr, uint64_t size) {
   return STALLOC_OK;
 }
 
+static stalloc_status_t virtual_reserve(void* state, uint64_t size, void** base) {
+  if (!size || size % MAP_GRANULE)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "virtual backend: reserve(%llu): not a multiple of the 2 MiB granularity",
+                   (unsigned long long)size);
+  return virtual_alloc(state, size, MAP_GRANULE, 0, base);
+}
+
+static stalloc_status_t virtual_release(void* state, void* base, uint64_t size) {
+  return virtual_free(state, base, size);
+}
+
+/* Nothing is touched, so mapping is only checked: what it costs is counted by the caller. */
+static stalloc_status_t virtual_map(void* state, void* at, uint64_t size) {
+  virtual_state* v = state;
+  uint64_t off = (uint64_t)((uint8_t*)at - v->base);
+  if (!size || size % MAP_GRANULE || (uint64_t)(uintptr_t)at % MAP_GRANULE || off > v->capacity ||
+      size > v->capacity - off)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "virtual backend: map(%p, %llu): not whole 2 MiB granules of the range",
+                   at, (unsigned long long)size);
+  return STALLOC_OK;
+}
+
 const backend_ops st_backend_virtual = {
     .name = "virtual",
     .create = virtual_create,
     .destroy = virtual_destroy,
     .alloc = virtual_alloc,
     .free = virtual_free,
+    .reserve = virtual_reserve,
+    .release = virtual_release,
+    .map = virtual_map,
+    .unmap = virtual_map,
 };

@@ -35,6 +35,15 @@ static stalloc_status_t read_options(const stalloc_options_t* in, stalloc_option
   return STALLOC_OK;
 }
 
+/* Address space for the growable pool: plenty, since only what is mapped costs memory. */
+static uint64_t arena_capacity(const stalloc_allocator_t* a) {
+  if (a->options.backend == STALLOC_BACKEND_VIRTUAL) {
+    uint64_t v = a->options.virtual_capacity ? a->options.virtual_capacity : 1ull << 40;
+    return ST_MAX(v / 4, 2ull << 20);
+  }
+  return a->options.memory_limit ? 2 * a->options.memory_limit : 1ull << 38;
+}
+
 stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options, stalloc_allocator_t** out) {
   if (!out) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "allocator_create: NULL out-parameter");
   *out = NULL;
@@ -54,6 +63,11 @@ stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options, stal
   }
   a->budget.limit = a->options.memory_limit;
   s = st_fallback_create(a->ops, a->backend, &a->caps, a->options.alignment, &a->budget, &a->fallback);
+  if (!s && a->options.growable_pool && a->caps.can_grow) {
+    s = st_arena_create(a->ops, a->backend, &a->caps, a->options.alignment, arena_capacity(a),
+                        &a->budget, &a->arena);
+    if (s) st_fallback_destroy(a->fallback);
+  }
   if (s) {
     a->ops->destroy(a->backend);
     free(a);
@@ -98,6 +112,7 @@ stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
   free(a->retired);
   st_runtime_destroy(a->runtime);
   st_slab_destroy(a->slab);
+  st_arena_destroy(a->arena);
   st_fallback_destroy(a->fallback);
   a->ops->destroy(a->backend);
   pthread_mutex_destroy(&a->lock);
@@ -154,11 +169,20 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
       return STALLOC_OK;
     }
   }
-  st_block* block;
-  stalloc_status_t s = st_fallback_alloc(a->fallback, size, stream, p, &block);
-  if (s) return s;
-  *handle = block;
-  *origin = ORIGIN_FALLBACK;
+  stalloc_status_t s = STALLOC_OK;
+  st_arena_block* ablock;
+  /* Once a plan serves the run, its few misses take exact-size segments, which cost less than
+   * granules on top of the plan's pool. */
+  if (a->arena && !a->runtime && (s = st_arena_alloc(a->arena, size, stream, p, &ablock)) == STALLOC_OK) {
+    *handle = ablock;
+    *origin = ORIGIN_ARENA;
+  } else { /* a request past the arena's range, or no arena: cached segments */
+    st_block* block;
+    s = st_fallback_alloc(a->fallback, size, stream, p, &block);
+    if (s) return s;
+    *handle = block;
+    *origin = ORIGIN_FALLBACK;
+  }
   a->stats.fallback_allocs++;
   return STALLOC_OK;
 }
@@ -246,6 +270,7 @@ static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream)
       retire_if_idle(a, r->runtime);
       break;
     case ORIGIN_SLAB: st_slab_free(a->slab, r->handle, stream); break;
+    case ORIGIN_ARENA: st_arena_free(a->arena, r->handle, stream); break;
     default: st_fallback_free(a->fallback, r->handle, stream); break;
   }
   a->freed[a->freed_next] = (uintptr_t)r->ptr;
@@ -305,6 +330,7 @@ stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* a) {
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "release_cached: NULL allocator");
   LOCK(a);
   st_fallback_release_cached(a->fallback);
+  if (a->arena) st_arena_trim(a->arena);
   UNLOCK(a);
   return STALLOC_OK;
 }
@@ -419,8 +445,13 @@ stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t s
       /* The recording's cached segments go back first, so the pool does not stack on them.
        * The plan's iteration begins at a step marker: the next alloc is its first position. */
       st_fallback_release_cached(a->fallback);
-      stalloc_status_t s = install_plan(a, plan, plan->prologue_count, true);
-      st_online_switched(a->online, s, s ? 0 : st_runtime_pool_size(a->runtime));
+      if (a->arena) st_arena_trim(a->arena);
+      /* A plan that would hold more than the run has needed so far stays unused: the pool it
+       * needs comes on top of what lives outside it (weights, optimizer state). */
+      bool declined = !a->runtime && a->arena &&
+                      a->budget.reserved + plan->pool_size > a->budget.peak_reserved;
+      stalloc_status_t s = declined ? STALLOC_OK : install_plan(a, plan, plan->prologue_count, true);
+      st_online_switched(a->online, s, declined, s || declined ? 0 : st_runtime_pool_size(a->runtime));
       st_clear_error();
     }
   }

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "runtime/arena.h"
 #include "runtime/fallback.h"
 #include "runtime/online.h"
 #include "runtime/runtime.h"
@@ -15,7 +16,8 @@
 typedef enum block_origin {
   ORIGIN_FALLBACK = 1, /* handle: st_block* of the fallback pool */
   ORIGIN_PLAN = 2,     /* handle: st_range_node* of the runtime's pool (planned or dynamic) */
-  ORIGIN_SLAB = 3      /* handle: st_slot* */
+  ORIGIN_SLAB = 3,     /* handle: st_slot* */
+  ORIGIN_ARENA = 4     /* handle: st_arena_block* of the growable pool */
 } block_origin;
 
 /* One live allocation. */
@@ -43,6 +45,7 @@ struct stalloc_allocator {
   backend_caps caps;
   st_budget budget;
   st_fallback* fallback;
+  st_arena* arena;          /* non-NULL: serves what the fallback pool would (growable backends) */
   st_runtime* runtime;      /* non-NULL in plan mode */
   st_slab* slab;            /* tiny requests in plan mode */
   uint64_t allocs_seen;     /* every alloc call since creation: the run's position */

@@ -379,11 +379,16 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
   return plan;
 }
 
-void st_online_switched(st_online* on, stalloc_status_t status, uint64_t pool_size) {
+void st_online_switched(st_online* on, stalloc_status_t status, bool declined, uint64_t pool_size) {
   stalloc_online_plan_record_t* r = on->job_record < on->record_count ? &on->records[on->job_record] : NULL;
-  if (status) {
-    if (r) r->status = status;
+  if (status || declined) {
+    if (r) {
+      r->status = status;
+      r->declined = declined;
+    }
     stalloc_plan_destroy(on->offered);
+    /* Declined: the growable pool serves the run; a plan is not tried again. */
+    if (declined && on->state != STALLOC_ONLINE_SERVING) on->state = STALLOC_ONLINE_POOL;
   } else {
     if (r) {
       r->switched_step = on->steps;

@@ -28,8 +28,9 @@ void st_online_event(st_online* on, const stalloc_event_t* event);
  * st_online_switched. */
 const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* marker,
                                           uint64_t missed, uint64_t served);
-/* The plan st_online_step returned was loaded (status OK) or refused. */
-void st_online_switched(st_online* on, stalloc_status_t status, uint64_t pool_size);
+/* The plan st_online_step returned was loaded (status OK) or refused; declined: not loaded
+ * because it would not lower the memory reserved. */
+void st_online_switched(st_online* on, stalloc_status_t status, bool declined, uint64_t pool_size);
 
 stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info);
 stalloc_status_t st_online_plans(const st_online* on, stalloc_online_plan_record_t* records,

@@ -45,6 +45,7 @@ static const option_desc OPTIONS[] = {
     {"STALLOC_VIRTUAL_CAPACITY", OPT_BYTES, offsetof(stalloc_options_t, virtual_capacity)},
     {"STALLOC_RECORD_PATH", OPT_STRING, offsetof(stalloc_options_t, record_path)},
     {"STALLOC_TINY_ALIGNMENT", OPT_BYTES, offsetof(stalloc_options_t, tiny_alignment)},
+    {"STALLOC_GROWABLE_POOL", OPT_INT, offsetof(stalloc_options_t, growable_pool)},
 };
 
 void stalloc_options_init(stalloc_options_t* o) {
@@ -58,6 +59,7 @@ void stalloc_options_init(stalloc_options_t* o) {
   o->virtual_capacity = 1ull << 40;
   o->record_path = NULL;
   o->tiny_alignment = 16;
+  o->growable_pool = 1;
   for (size_t i = 0; i < sizeof OPTIONS / sizeof OPTIONS[0]; i++) {
     const char* v = getenv(OPTIONS[i].env);
     if (!v || !*v) continue;

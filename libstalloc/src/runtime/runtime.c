@@ -472,7 +472,8 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
                    (unsigned long long)rt->budget->reserved);
   void* base = NULL;
   stalloc_status_t s;
-  if (caps->can_grow && rt->ops->reserve && rt->ops->map) {
+  uint64_t map_granule = caps->map_granularity ? caps->map_granularity : caps->granularity;
+  if (caps->can_grow && rt->ops->reserve && rt->ops->map && size % map_granule == 0) {
     /* One reservation mapped at once: the plan needs all of it every iteration. */
     s = rt->ops->reserve(rt->backend, size, &base);
     if (!s && (s = rt->ops->map(rt->backend, base, size))) rt->ops->release(rt->backend, base, size);

@@ -15,6 +15,7 @@ void stalloc_replay_options_init(stalloc_replay_options_t* o) {
   o->backend = STALLOC_BACKEND_VIRTUAL;
   o->check_overlap = 1;
   o->use_steps = 1;
+  o->growable_pool = 1;
   stalloc_online_params_init(&o->online_params);
 }
 
@@ -259,6 +260,7 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
   ao.record_path = NULL;
   ao.alignment = o.alignment ? o.alignment : plan && plan->alignment ? plan->alignment : 512;
   if (o.virtual_capacity) ao.virtual_capacity = o.virtual_capacity;
+  ao.growable_pool = o.growable_pool;
   stalloc_allocator_t* a;
   s = stalloc_allocator_create(&ao, &a);
   if (s) return s;

@@ -117,6 +117,7 @@ static stalloc_status_t try_make(int32_t device, uint64_t alignment, uint64_t li
   stalloc_options_t o;
   stalloc_options_init(&o);
   o.backend = STALLOC_BACKEND_CUDA;
+  o.growable_pool = 0; /* these cases check segments from cuMemAlloc; case_arena checks the other path */
   o.device = device;
   if (alignment) o.alignment = alignment;
   o.memory_limit = limit;

@@ -26,10 +26,11 @@ static void step(stalloc_allocator_t* a, uint64_t scale) {
   for (int i = LAYERS - 1; i >= 0; i--) CHECK_OK(stalloc_allocator_free(a, act[i]));
 }
 
-static stalloc_allocator_t* make(void) {
+static stalloc_allocator_t* make(int32_t growable) {
   stalloc_options_t o;
   stalloc_options_init(&o);
   o.backend = STALLOC_BACKEND_VIRTUAL;
+  o.growable_pool = growable;
   stalloc_allocator_t* a;
   CHECK_OK(stalloc_allocator_create(&o, &a));
   return a;
@@ -43,7 +44,7 @@ static stalloc_online_info_t info_of(stalloc_allocator_t* a) {
 }
 
 static void test_switches_in_the_background_and_replans(void) {
-  stalloc_allocator_t* a = make();
+  stalloc_allocator_t* a = make(0);
   CHECK_OK(stalloc_allocator_online_start(a, NULL));
   void* weights;
   CHECK_OK(stalloc_allocator_alloc(a, 1 << 20, 0, 0, &weights));
@@ -90,7 +91,7 @@ static void test_switches_in_the_background_and_replans(void) {
 }
 
 static void test_destroy_while_planning(void) {
-  stalloc_allocator_t* a = make();
+  stalloc_allocator_t* a = make(0);
   stalloc_online_params_t p;
   stalloc_online_params_init(&p);
   p.record_steps = 2;
@@ -105,7 +106,7 @@ static void test_destroy_while_planning(void) {
 }
 
 static void test_misuse(void) {
-  stalloc_allocator_t* a = make();
+  stalloc_allocator_t* a = make(0);
   stalloc_online_params_t p;
   stalloc_online_params_init(&p);
   p.record_steps = 1;
@@ -119,15 +120,45 @@ static void test_misuse(void) {
   CHECK_OK(stalloc_allocator_online_plans(a, NULL, 0, &count));
   CHECK(count == 0);
   CHECK_OK(stalloc_allocator_destroy(a));
-  stalloc_allocator_t* b = make();
+  stalloc_allocator_t* b = make(0);
   stalloc_online_info_t info = info_of(b);
   CHECK(info.state == STALLOC_ONLINE_OFF);
   CHECK_OK(stalloc_allocator_destroy(b));
+}
+
+/* With the growable pool, weights allocated between a step's activations (an optimizer
+ * creating its state) keep granules shared: a plan's pool would come on top, so it is declined
+ * and the pool goes on serving. */
+static void test_declined_when_the_pool_needs_less(void) {
+  stalloc_allocator_t* a = make(1);
+  stalloc_online_params_t p;
+  stalloc_online_params_init(&p);
+  p.wait_for_plan = 1;
+  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  void* state[LAYERS];
+  for (uint64_t n = 0; n < 8; n++) {
+    CHECK_OK(stalloc_allocator_step_begin(a, n));
+    void* act[LAYERS];
+    for (int i = 0; i < LAYERS; i++) {
+      CHECK_OK(stalloc_allocator_alloc(a, (size_t)(5 + i % 3) << 18, 0, 0, &act[i]));
+      if (n == 1) CHECK_OK(stalloc_allocator_alloc(a, 64 << 10, 0, 0, &state[i])); /* scattered */
+    }
+    for (int i = LAYERS - 1; i >= 0; i--) CHECK_OK(stalloc_allocator_free(a, act[i]));
+  }
+  stalloc_online_info_t info = info_of(a);
+  CHECK(info.state == STALLOC_ONLINE_POOL && info.plans_switched == 0);
+  stalloc_online_plan_record_t rec;
+  size_t count = 0;
+  CHECK_OK(stalloc_allocator_online_plans(a, &rec, 1, &count));
+  CHECK(count == 1 && rec.declined == 1 && rec.switched_step == UINT64_MAX && rec.pool_size > 0);
+  for (int i = 0; i < LAYERS; i++) CHECK_OK(stalloc_allocator_free(a, state[i]));
+  CHECK_OK(stalloc_allocator_destroy(a));
 }
 
 int main(void) {
   RUN(test_switches_in_the_background_and_replans);
   RUN(test_destroy_while_planning);
   RUN(test_misuse);
+  RUN(test_declined_when_the_pool_needs_less);
   return 0;
 }

@@ -1,0 +1,29 @@
+/* arena.h - the growable pool (arena.c): one reserved address range, mapped granule by granule
+ * as blocks need it, best fit with coalescing, and granules that hold no live byte handed back
+ * before new ones are mapped. Serves what no plan covers where the backend can grow (CUDA
+ * virtual memory; the host and virtual backends model it). Called with the allocator's lock. */
+#ifndef STALLOC_ARENA_H
+#define STALLOC_ARENA_H
+
+#include "backends/backend.h"
+#include "runtime/budget.h"
+
+typedef struct st_arena st_arena;
+typedef struct st_arena_block st_arena_block;
+
+/* Reserves `capacity` bytes of address space (nothing mapped yet). */
+stalloc_status_t st_arena_create(const backend_ops* ops, void* backend, const backend_caps* caps,
+                                 uint64_t alignment, uint64_t capacity, st_budget* budget,
+                                 st_arena** out);
+/* Unmaps and releases everything, live blocks included. */
+void st_arena_destroy(st_arena* arena);
+/* A block of at least size bytes; *block is the handle for free. */
+stalloc_status_t st_arena_alloc(st_arena* arena, uint64_t size, uint64_t stream, void** ptr,
+                                st_arena_block** block);
+/* Frees a live block; stream is where its last use was queued (reused elsewhere only once
+ * that work is done). */
+void st_arena_free(st_arena* arena, st_arena_block* block, uint64_t stream);
+/* Unmaps every granule that holds no live byte; gives the bytes returned. */
+uint64_t st_arena_trim(st_arena* arena);
+
+#endif
