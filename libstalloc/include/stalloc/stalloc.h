@@ -431,8 +431,10 @@ STALLOC_API stalloc_status_t stalloc_plan_reuse(const stalloc_plan_t* plan,
  * is copied, so the caller may destroy it. Blocks already live stay where they are. Requests
  * the plan does not cover go to the reusable space of the plan's windows, a slab (<= 512 B)
  * or the fallback pool; after a divergence the runtime finds its position again (resync).
- * STALLOC_ERR_PLAN_MISMATCH when the plan's offsets break the allocator's alignment;
- * STALLOC_ERR_INVALID_ARGUMENT when a plan is already loaded or the plan is malformed. */
+ * The plan is checked against the same rules as when it was built or loaded (a plan that
+ * passes one passes all). STALLOC_ERR_PLAN_MISMATCH when the plan's offsets break the
+ * allocator's alignment; STALLOC_ERR_BAD_FORMAT when the plan breaks those rules;
+ * STALLOC_ERR_INVALID_ARGUMENT when a plan is already loaded. */
 STALLOC_API stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* allocator,
                                                          const stalloc_plan_t* plan);
 
