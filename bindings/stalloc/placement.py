@@ -63,7 +63,7 @@ def place(lower, upper, size, *, fixed=None, alignment: int = 1, time_limit: flo
     params.alignment = int(alignment)
     params.time_limit = float(time_limit)
     res = ffi.new("stalloc_place_result_t*")
-    res.struct_size = ffi.sizeof("stalloc_place_result_t")
+    lib.stalloc_place_result_init(res)
     item_ptr = ffi.from_buffer("stalloc_place_item_t[]", items) if n else ffi.NULL
     off_ptr = ffi.from_buffer("uint64_t[]", offsets) if n else ffi.NULL
     check(lib.stalloc_place(item_ptr, n, params, off_ptr, res))

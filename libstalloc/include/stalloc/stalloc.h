@@ -6,8 +6,18 @@
  *
  * Rules every function follows: it returns a stalloc_status_t (STALLOC_OK == 0) and gives
  * results through out-parameters; on failure it changes nothing and sets a thread-local
- * detail message readable with stalloc_last_error(). Structs that may grow start with
- * `struct_size` and come with an *_init function that fills the defaults.
+ * detail message readable with stalloc_last_error().
+ *
+ * Versioned structs. Every struct that may grow in a later version starts with
+ * `size_t struct_size` and has an *_init function that sets it to sizeof the struct as the
+ * caller's header declares it, and fills the defaults. The library takes any struct_size from
+ * sizeof(size_t) up, so a caller built against an older or a newer header keeps working:
+ *   - a struct the library reads (options, params) is read only as far as struct_size reaches;
+ *     the fields past it take their defaults, and fields the library does not know are ignored;
+ *   - a struct the library fills (stats, info, results) is written only as far as struct_size
+ *     reaches, never past it, and its struct_size is left as the caller set it;
+ *   - a struct_size below sizeof(size_t) (never set) is STALLOC_ERR_INVALID_ARGUMENT, and then
+ *     nothing is written.
  *
  * Between the prologue and the epilogue the header holds only declarations and explicit-valued
  * enums, so cffi's cdef can read the preprocessed copy (cc -E -P -DSTALLOC_CDEF).
@@ -302,7 +312,7 @@ typedef struct stalloc_place_params {
 } stalloc_place_params_t;
 
 typedef struct stalloc_place_result {
-  size_t struct_size;     /* sizeof(stalloc_place_result_t); set by the caller or 0 */
+  size_t struct_size;     /* sizeof(stalloc_place_result_t), set by stalloc_place_result_init */
   uint64_t peak;          /* plan peak: largest offset + size over items live for some time */
   uint64_t lower_bound;   /* max over time of live bytes (sizes aligned) */
   uint32_t orderings_tried; /* heuristic orderings plus search attempts */
@@ -312,6 +322,7 @@ typedef struct stalloc_place_result {
 } stalloc_place_result_t;
 
 STALLOC_API void stalloc_place_params_init(stalloc_place_params_t* params);
+STALLOC_API void stalloc_place_result_init(stalloc_place_result_t* result);
 /* Fills offsets[i] for each of the n items (offsets has n entries). Items of size 0 or with
  * upper == lower occupy nothing and get offset 0 (or their fixed offset). params may be
  * NULL for the defaults; result may be NULL. Fails with INVALID_ARGUMENT on upper < lower,

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/struct_size.h"
 #include "plan/place.h"
 #include "plan/plan_validate.h"
 #include "plan/planner.h"
@@ -460,14 +461,8 @@ stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
   if (!trace) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_create: trace is NULL");
   stalloc_plan_params_t prm;
   stalloc_plan_params_init(&prm);
-  if (params) {
-    if (params->struct_size < offsetof(stalloc_plan_params_t, detect_period))
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
-                     "stalloc_plan_create: params.struct_size %zu is too small (call "
-                     "stalloc_plan_params_init)", params->struct_size);
-    memcpy(&prm, params, ST_MIN(params->struct_size, sizeof prm));
-    prm.struct_size = sizeof prm;
-  }
+  stalloc_status_t st = st_struct_read(&prm, sizeof prm, params, "stalloc_plan_create: params");
+  if (st) return st;
   if (!st_is_pow2(prm.alignment))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan params: alignment %llu is not a power of two",
                    (unsigned long long)prm.alignment);
@@ -499,11 +494,11 @@ stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
 /* ---- queries --------------------------------------------------------------------------- */
 
 stalloc_status_t stalloc_plan_info(const stalloc_plan_t* plan, stalloc_plan_info_t* info) {
-  if (!plan || !info || info->struct_size < sizeof(size_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_info: NULL plan or uninitialised info");
+  if (!plan) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_info: NULL plan");
+  stalloc_status_t st = st_struct_check(info, "stalloc_plan_info");
+  if (st) return st;
   stalloc_plan_info_t v;
-  memset(&v, 0, sizeof v);
-  v.struct_size = ST_MIN(info->struct_size, sizeof v);
+  stalloc_plan_info_init(&v);
   v.lower_bound = plan->planned_lower_bound;
   v.trace_lower_bound = plan->lower_bound;
   v.plan_peak = plan->plan_peak;
@@ -537,7 +532,7 @@ stalloc_status_t stalloc_plan_info(const stalloc_plan_t* plan, stalloc_plan_info
   uint64_t used = plan->pool_size > st_align_up(top, plan->alignment) ? plan->pool_size : plan->plan_peak;
   v.ratio = v.lower_bound ? (double)used / (double)v.lower_bound : 1.0;
   v.seconds = plan->seconds;
-  memcpy(info, &v, v.struct_size);
+  st_struct_write(info, &v, sizeof v);
   return STALLOC_OK;
 }
 
