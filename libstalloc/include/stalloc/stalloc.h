@@ -1,12 +1,20 @@
 /* stalloc.h - the stable C API of libstalloc, a spatio-temporal GPU memory allocator.
  *
  * Sections: prologue (preprocessor logic, hidden from cffi) - version - status codes -
- * backends and options - allocator lifecycle - alloc/free - statistics - steps and record
- * mode - trace - epilogue.
+ * backends and options - allocator lifecycle - alloc and free - statistics - steps and record
+ * mode - trace - placement - plan - runtime (plan mode and replay) - baseline simulators -
+ * DLPack - PyTorch plug - epilogue.
  *
- * Rules every function follows: it returns a stalloc_status_t (STALLOC_OK == 0) and gives
- * results through out-parameters; on failure it changes nothing and sets a thread-local
- * detail message readable with stalloc_last_error().
+ * Status. A function that can fail returns a stalloc_status_t (STALLOC_OK == 0) and gives its
+ * results through out-parameters; on failure it sets a thread-local detail message readable
+ * with stalloc_last_error(). The others return no status:
+ *   - the *_init functions fill a struct's defaults; stalloc_trace_destroy and
+ *     stalloc_plan_destroy free a handle (all of them: NULL is a no-op);
+ *   - stalloc_version, stalloc_version_string, stalloc_status_string, stalloc_backend_name and
+ *     stalloc_last_error return a number or a string, stalloc_set_error_callback nothing;
+ *   - the PyTorch plug's stalloc_torch_malloc and stalloc_torch_free have PyTorch's signatures,
+ *     so they report a failure through stalloc_torch_last_error() (and torch_malloc's NULL);
+ *     stalloc_torch_failed_frees counts those of torch_free.
  *
  * Versioned structs. Every struct that may grow in a later version starts with
  * `size_t struct_size` and has an *_init function that sets it to sizeof the struct as the
