@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from . import fmt_bytes, print_json, print_table
 
+__all__ = ["run", "register"]
+
 
 def _run_csv(args) -> int:
     try:
