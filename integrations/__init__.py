@@ -2,3 +2,5 @@
 
 Each imports its framework lazily, so ``import stalloc`` never needs torch or jax.
 """
+
+__all__ = ["jax_backend", "torch_backend"]

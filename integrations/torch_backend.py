@@ -30,6 +30,11 @@ from ..allocator import Allocator
 from ..errors import OutOfMemoryError
 from ..session import PlanSession
 
+__all__ = [
+    "cuda_unavailable_reason", "enable", "step", "state", "save_plan", "empty_cache",
+    "memory_stats", "memory_summary", "last_error", "oom_guard", "record",
+]
+
 _allocators: dict[int, Allocator] = {}
 _sessions: dict[int, PlanSession] = {}
 _hook = None

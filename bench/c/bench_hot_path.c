@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "plan/plan.h"
+#include "plan/planner.h"
 
 #define N 16        /* distinct sizes, one iteration of the plan */
 #define BATCH 4096
@@ -149,6 +149,10 @@ int main(void) {
   for (int i = 0; i < N; i++) pool = sizes[i] > pool ? sizes[i] : pool;
   stalloc_plan plan = {.pool_size = pool, .alignment = 512, .iteration = iter, .iteration_count = N};
   stalloc_plan tiny_plan = {.pool_size = 0, .alignment = 512, .iteration = tiny, .iteration_count = N};
+  /* What the plan's rules derive from the entries: the peak and the fingerprint. */
+  plan.plan_peak = pool;
+  plan.fingerprint = st_plan_fingerprint(&plan);
+  tiny_plan.fingerprint = st_plan_fingerprint(&tiny_plan);
 
   printf("%-34s %12s %12s %10s\n", "path (alloc + free pair)", "stalloc ns", "malloc ns", "ratio");
   const struct { const char* name; stalloc_backend_kind_t kind; const stalloc_plan* plan; pair_fn f, ref; } rows[] = {

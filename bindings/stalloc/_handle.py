@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from .errors import check
 
+__all__ = ["OwnedHandle"]
+
 
 class OwnedHandle:
     _handle = None

@@ -12,6 +12,8 @@ from importlib import resources
 
 import cffi
 
+__all__ = ["ffi", "lib", "library_path"]
+
 ffi = cffi.FFI()
 
 

@@ -9,6 +9,8 @@ from ._handle import OwnedHandle
 from ._lib import ffi, lib
 from .errors import check
 
+__all__ = ["BACKENDS", "Stats", "make_options", "Allocator"]
+
 BACKENDS = ("host", "virtual", "cuda")
 
 

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import warnings
 
+__all__ = ["Recorder", "record", "run_script", "main"]
+
 
 class Recorder:
     """Records PyTorch allocations to a trace file; see the module docstring."""

@@ -11,6 +11,8 @@ import sys
 
 from . import __version__, commands
 
+__all__ = ["build_parser", "main"]
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(

@@ -21,6 +21,8 @@ from .plan import Plan, plan as make_plan
 from .replay import replay
 from .trace import ALLOC, FREE, FLAG_UNMATCHED, STEP, Trace
 
+__all__ = ["ROW_KEYS", "first_steps", "compare", "plot"]
+
 ROW_KEYS = ("allocator", "peak_allocated", "peak_reserved", "waste", "fragmentation")
 
 

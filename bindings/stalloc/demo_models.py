@@ -12,6 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+__all__ = [
+    "Attention", "MLP", "MoE", "Block", "TinyGPT", "VARIANTS", "build", "batches", "train_step",
+]
+
 
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int):

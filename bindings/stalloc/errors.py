@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from ._lib import ffi, lib
 
+__all__ = [
+    "StallocError", "InvalidArgumentError", "OutOfMemoryError", "DoubleFreeError",
+    "UnknownPointerError", "BadFormatError", "TruncatedError", "VersionError",
+    "PlanMismatchError", "NoDeviceError", "BackendError", "TimeoutError_", "CancelledError",
+    "StallocIOError", "UnsupportedError", "InternalError", "error_for", "check",
+]
+
 
 class StallocError(Exception):
     """A libstalloc call failed. ``status`` is the C status code."""

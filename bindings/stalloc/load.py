@@ -18,6 +18,8 @@ import numpy as np
 
 from .trace import Trace
 
+__all__ = ["NATIVE_MAGIC", "FORMATS", "detect_format", "load_trace"]
+
 NATIVE_MAGIC = b"STALTRCE"
 
 

@@ -3,18 +3,20 @@
 
 MiniMalloc CSV (github.com/google/minimalloc): a header ``id,lower,upper,size`` and one row
 per buffer; lifetimes are half-open ``[lower, upper)``; a solved file adds an ``offset``
-column. Algorithm and measured figures: docs/placement.md.
+column. The format's reader and writer live in :mod:`stalloc.importers.minimalloc_csv` (one
+set of rules for ``stalloc plan`` and ``stalloc import``) and are re-exported here.
+Algorithm and measured figures: docs/placement.md.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from ._lib import ffi, lib
 from .errors import check
+from .importers.minimalloc_csv import MinimallocRows, read_minimalloc_csv, write_minimalloc_csv
 
 FREE = np.iinfo(np.uint64).max
 """``fixed`` value for an item the solver may move (UINT64_MAX in C)."""
@@ -63,7 +65,7 @@ def place(lower, upper, size, *, fixed=None, alignment: int = 1, time_limit: flo
     params.alignment = int(alignment)
     params.time_limit = float(time_limit)
     res = ffi.new("stalloc_place_result_t*")
-    res.struct_size = ffi.sizeof("stalloc_place_result_t")
+    lib.stalloc_place_result_init(res)
     item_ptr = ffi.from_buffer("stalloc_place_item_t[]", items) if n else ffi.NULL
     off_ptr = ffi.from_buffer("uint64_t[]", offsets) if n else ffi.NULL
     check(lib.stalloc_place(item_ptr, n, params, off_ptr, res))
@@ -77,72 +79,6 @@ def place(lower, upper, size, *, fixed=None, alignment: int = 1, time_limit: flo
         "seconds": float(res.seconds),
     }
     return offsets, result
-
-
-@dataclass
-class MinimallocRows:
-    """The rows of a MiniMalloc CSV. ``offset`` is -1 where the file gives none."""
-
-    ids: list[str]
-    lower: np.ndarray
-    upper: np.ndarray
-    size: np.ndarray
-    offset: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-_COLUMNS = ("id", "lower", "upper", "size")
-
-
-def read_minimalloc_csv(path) -> MinimallocRows:
-    """Reads ``id,lower,upper,size[,offset]``; a malformed file raises ValueError naming
-    the line."""
-    ids: list[str] = []
-    vals: list[tuple[int, int, int, int]] = []
-    with open(path, encoding="utf-8") as f:
-        header = f.readline()
-        cols = [c.strip() for c in header.strip().split(",")]
-        if tuple(cols[:4]) != _COLUMNS or len(cols) > 5 or (len(cols) == 5 and cols[4] != "offset"):
-            raise ValueError(
-                f"{path}:1: expected the header id,lower,upper,size[,offset], got {header.strip()!r}"
-            )
-        width = len(cols)
-        for lineno, line in enumerate(f, start=2):
-            line = line.strip()
-            if not line:
-                continue
-            parts = line.split(",")
-            if len(parts) != width:
-                raise ValueError(f"{path}:{lineno}: expected {width} fields, got {len(parts)}: {line!r}")
-            try:
-                nums = [int(p) for p in parts[1:]]
-            except ValueError:
-                raise ValueError(f"{path}:{lineno}: lower, upper, size and offset must be integers: {line!r}") from None
-            lo, up, sz = nums[0], nums[1], nums[2]
-            off = nums[3] if width == 5 else -1
-            if lo < 0 or sz < 0 or (width == 5 and off < 0):
-                raise ValueError(f"{path}:{lineno}: negative value: {line!r}")
-            if up < lo:
-                raise ValueError(f"{path}:{lineno}: upper {up} < lower {lo}")
-            if max(up, sz, off) >= 2**63:
-                raise ValueError(f"{path}:{lineno}: value too large: {line!r}")
-            ids.append(parts[0].strip())
-            vals.append((lo, up, sz, off))
-    a = np.array(vals, dtype=np.int64).reshape(-1, 4)
-    return MinimallocRows(ids, a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy(), a[:, 3].copy())
-
-
-def write_minimalloc_csv(path, rows: MinimallocRows, offsets) -> None:
-    """Writes ``id,lower,upper,size,offset`` with the given offsets."""
-    off = np.asarray(offsets)
-    if len(off) != len(rows):
-        raise ValueError(f"{len(off)} offsets for {len(rows)} rows")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("id,lower,upper,size,offset\n")
-        for i, ident in enumerate(rows.ids):
-            f.write(f"{ident},{int(rows.lower[i])},{int(rows.upper[i])},{int(rows.size[i])},{int(off[i])}\n")
 
 
 def solve_minimalloc_csv(in_path, out_path, time_limit: float = 10.0) -> dict:

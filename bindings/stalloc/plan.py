@@ -17,6 +17,12 @@ from ._lib import ffi, lib
 from .errors import check
 from .trace import Trace, _View
 
+__all__ = [
+    "PERSISTENT", "PERIODIC", "TINY", "DYNAMIC", "WARMUP", "CLASS_NAMES", "NO_OFFSET",
+    "NO_WINDOW", "ENTRY_DTYPE", "WINDOW_DTYPE", "RANGE_DTYPE", "NEVER", "PlanInfo", "Plan",
+    "plan", "lifetimes", "show",
+]
+
 PERSISTENT = lib.STALLOC_CLASS_PERSISTENT
 PERIODIC = lib.STALLOC_CLASS_PERIODIC
 TINY = lib.STALLOC_CLASS_TINY

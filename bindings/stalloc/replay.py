@@ -15,6 +15,8 @@ from ._lib import ffi, lib
 from .errors import check as _check
 from .trace import Trace
 
+__all__ = ["RESULT_KEYS", "replay"]
+
 RESULT_KEYS = (
     "peak_allocated", "peak_reserved", "fragmentation", "hits", "misses", "fallbacks",
     "resyncs", "dynamic", "tiny", "pool_size", "lower_bound", "events", "requests",

@@ -30,6 +30,8 @@ import numpy as np
 from .plan import Plan, plan as make_plan
 from .trace import FREE, FLAG_UNMATCHED, STEP, Trace
 
+__all__ = ["rank_plan_path", "steady_part", "PlanSession"]
+
 RECORDING, PLANNING, PLANNED, FAILED = "recording", "planning", "planned", "failed"
 
 

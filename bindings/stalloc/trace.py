@@ -16,6 +16,11 @@ from ._handle import OwnedHandle
 from ._lib import ffi, lib
 from .errors import check
 
+__all__ = [
+    "ALLOC", "FREE", "STEP", "ALLOC_FAILED", "FLAG_UNMATCHED", "EVENT_DTYPE", "REQUEST_DTYPE",
+    "NEVER_FREED", "TraceSummary", "Trace", "TraceWriter",
+]
+
 ALLOC = lib.STALLOC_EVENT_ALLOC
 FREE = lib.STALLOC_EVENT_FREE
 STEP = lib.STALLOC_EVENT_STEP

@@ -334,6 +334,38 @@ def test_minimalloc_malformed(tmp_path, body, message):
         load_minimalloc_csv(p)
 
 
+@pytest.mark.parametrize("upper", [4, 3])
+def test_minimalloc_plan_and_import_refuse_empty_lifetimes_alike(tmp_path, capsys, upper):
+    # `stalloc plan` once read these files with a reader of its own that took upper <= lower
+    p = tmp_path / "m.csv"
+    p.write_text(f"id,lower,upper,size\n0,1,2,3\n1,4,{upper},3\n")
+    assert detect_format(p) == "minimalloc"
+    assert cli_main(["import", str(p), "-o", str(tmp_path / "t.stalloc")]) == 2
+    assert f"{p}:3: empty lifetime [4, {upper})" in capsys.readouterr().err
+    assert cli_main(["plan", str(p), "-o", str(tmp_path / "o.csv")]) == 2
+    assert f"{p}:3: empty lifetime [4, {upper})" in capsys.readouterr().err
+    assert not (tmp_path / "t.stalloc").exists() and not (tmp_path / "o.csv").exists()
+
+
+def test_minimalloc_plan_and_import_tell_the_format_alike(tmp_path, capsys):
+    # columns by name in any order: both commands take the file (the plan command once
+    # wanted them in MiniMalloc's order, the importer did not)
+    p = tmp_path / "m.csv"
+    p.write_text("size,upper,lower,id\n3,2,1,0\n3,5,1,1\n")
+    assert cli_main(["import", str(p), "-o", str(tmp_path / "t.stalloc"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lower_bound"] == 6
+    assert cli_main(["plan", str(p), "-o", str(tmp_path / "o.csv"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "minimalloc-csv" and doc["lower_bound"] == 6
+    # an unknown column: neither takes it for MiniMalloc (the plan command once did)
+    q = tmp_path / "n.csv"
+    q.write_text("id,lower,upper,size,colour\n0,1,2,3,red\n")
+    with pytest.raises(ValueError, match="cannot tell the trace format"):
+        detect_format(q)
+    assert cli_main(["plan", str(q), "-o", str(tmp_path / "o2.csv")]) == 2
+    assert "cannot tell the trace format" in capsys.readouterr().err
+
+
 # ---- detection and the CLI ----
 
 def test_undetectable_format(tmp_path):

@@ -85,8 +85,8 @@ def test_csv_roundtrip(tmp_path):
         ("id,lower,size\n0,1,2\n", ":1:"),
         ("id,lower,upper,size\n0,0,10,4\n1,5,x,4\n", ":3:"),
         ("id,lower,upper,size\n0,0,10\n", ":2:"),
-        ("id,lower,upper,size\n0,10,5,4\n", ":2: upper"),
-        ("id,lower,upper,size\n0,0,10,-4\n", ":2: negative"),
+        ("id,lower,upper,size\n0,10,5,4\n", r":2: empty lifetime \[10, 5\)"),
+        ("id,lower,upper,size\n0,0,10,-4\n", ":2: size -4 is negative"),
         ("id,lower,upper,size,offset\n0,0,10,4,1,9\n", ":2:"),
     ],
 )

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
+__all__ = ["print_json", "fmt_bytes", "print_table"]
+
 
 def print_json(obj) -> None:
     json.dump(obj, sys.stdout, indent=2)

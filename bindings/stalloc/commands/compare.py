@@ -6,6 +6,8 @@ import os
 
 from . import fmt_bytes, print_json
 
+__all__ = ["format_table", "run", "register"]
+
 
 def format_table(rows: list[dict]) -> str:
     head = f"{'allocator':<22} {'peak allocated':>15} {'peak reserved':>15} {'waste':>12} {'fragmentation':>14} {'waste vs PyTorch':>17}"

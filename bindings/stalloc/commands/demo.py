@@ -10,6 +10,8 @@ import time
 
 from . import fmt_bytes, print_json
 
+__all__ = ["VARIANTS", "progress", "record_variant", "run", "register"]
+
 VARIANTS = ("dense", "recompute", "moe")
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from . import fmt_bytes, print_json, print_table
 
+__all__ = ["run", "register"]
+
 
 def run(args) -> int:
     from ..load import FORMATS, detect_format, load_trace

@@ -2,26 +2,16 @@
 
 A trace in any readable format gives a plan file (docs/plan-format.md) and prints the lower
 bound, plan peak, ratio, classes, steps and seconds. A MiniMalloc CSV (header
-``id,lower,upper,size``) is solved by the placement solver and written back as CSV with an
-``offset`` column.
+``id,lower,upper,size``, told and read by stalloc.importers.minimalloc_csv, as ``stalloc
+import`` does) is solved by the placement solver and written back as CSV with an ``offset``
+column.
 """
 
 from __future__ import annotations
 
 from . import fmt_bytes, print_json, print_table
 
-MINIMALLOC_HEADER = ("id", "lower", "upper", "size")
-
-
-def is_minimalloc_csv(path) -> bool:
-    """True when the file's first line is a MiniMalloc CSV header."""
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(256).decode("ascii", "replace")
-    except OSError:
-        return False
-    cols = tuple(c.strip().lower() for c in first.strip().split(","))
-    return cols[:4] == MINIMALLOC_HEADER
+__all__ = ["run", "register"]
 
 
 def _run_csv(args) -> int:
@@ -50,6 +40,8 @@ def _run_csv(args) -> int:
 def run(args) -> int:
     if args.time_limit < 0:
         raise ValueError("--time-limit must be >= 0")
+    from ..importers.minimalloc_csv import is_minimalloc_csv
+
     if args.format is None and is_minimalloc_csv(args.trace):
         return _run_csv(args)
     from ..load import load_trace

@@ -8,6 +8,8 @@ import sys
 
 from . import print_json
 
+__all__ = ["run", "register"]
+
 
 def _python_argv(command: list[str]) -> list[str]:
     """The script part of a command: 'python train.py a' -> ['train.py', 'a']."""

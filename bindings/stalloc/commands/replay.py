@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from . import fmt_bytes, print_json, print_table
 
+__all__ = ["run", "register"]
+
 
 def run(args) -> int:
     from ..load import load_trace

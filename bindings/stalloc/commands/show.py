@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from . import print_json
 
+__all__ = ["run", "register"]
+
 
 def run(args) -> int:
     from ..plan import Plan, show

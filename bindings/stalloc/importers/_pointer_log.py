@@ -13,6 +13,8 @@ import numpy as np
 
 from ..trace import ALLOC, ALLOC_FAILED, EVENT_DTYPE, FLAG_UNMATCHED, FREE, STEP
 
+__all__ = ["U64", "PointerLog"]
+
 U64 = (1 << 64) - 1
 
 

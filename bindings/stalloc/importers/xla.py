@@ -58,6 +58,11 @@ import numpy as np
 
 from ..trace import ALLOC, EVENT_DTYPE, FREE, Trace
 
+__all__ = [
+    "DUMP_SUFFIXES", "Value", "Allocation", "parse_buffer_assignment", "parse_live_range",
+    "find_module", "import_dump", "load_xla_dump",
+]
+
 DUMP_SUFFIXES = ("-buffer-assignment.txt", "-live-range.txt")
 
 _ALLOC_RE = re.compile(r"^allocation (\d+): size (\d+)(?:, (.*))?:\s*$")

@@ -1,13 +1,31 @@
 /* stalloc.h - the stable C API of libstalloc, a spatio-temporal GPU memory allocator.
  *
  * Sections: prologue (preprocessor logic, hidden from cffi) - version - status codes -
- * backends and options - allocator lifecycle - alloc/free - statistics - steps and record
- * mode - trace - epilogue.
+ * backends and options - allocator lifecycle - alloc and free - statistics - steps and record
+ * mode - trace - placement - plan - runtime (plan mode and replay) - baseline simulators -
+ * DLPack - PyTorch plug - epilogue.
  *
- * Rules every function follows: it returns a stalloc_status_t (STALLOC_OK == 0) and gives
- * results through out-parameters; on failure it changes nothing and sets a thread-local
- * detail message readable with stalloc_last_error(). Structs that may grow start with
- * `struct_size` and come with an *_init function that fills the defaults.
+ * Status. A function that can fail returns a stalloc_status_t (STALLOC_OK == 0) and gives its
+ * results through out-parameters; on failure it sets a thread-local detail message readable
+ * with stalloc_last_error(). The others return no status:
+ *   - the *_init functions fill a struct's defaults; stalloc_trace_destroy and
+ *     stalloc_plan_destroy free a handle (all of them: NULL is a no-op);
+ *   - stalloc_version, stalloc_version_string, stalloc_status_string, stalloc_backend_name and
+ *     stalloc_last_error return a number or a string, stalloc_set_error_callback nothing;
+ *   - the PyTorch plug's stalloc_torch_malloc and stalloc_torch_free have PyTorch's signatures,
+ *     so they report a failure through stalloc_torch_last_error() (and torch_malloc's NULL);
+ *     stalloc_torch_failed_frees counts those of torch_free.
+ *
+ * Versioned structs. Every struct that may grow in a later version starts with
+ * `size_t struct_size` and has an *_init function that sets it to sizeof the struct as the
+ * caller's header declares it, and fills the defaults. The library takes any struct_size from
+ * sizeof(size_t) up, so a caller built against an older or a newer header keeps working:
+ *   - a struct the library reads (options, params) is read only as far as struct_size reaches;
+ *     the fields past it take their defaults, and fields the library does not know are ignored;
+ *   - a struct the library fills (stats, info, results) is written only as far as struct_size
+ *     reaches, never past it, and its struct_size is left as the caller set it;
+ *   - a struct_size below sizeof(size_t) (never set) is STALLOC_ERR_INVALID_ARGUMENT, and then
+ *     nothing is written.
  *
  * Between the prologue and the epilogue the header holds only declarations and explicit-valued
  * enums, so cffi's cdef can read the preprocessed copy (cc -E -P -DSTALLOC_CDEF).
@@ -308,7 +326,7 @@ typedef struct stalloc_place_params {
 } stalloc_place_params_t;
 
 typedef struct stalloc_place_result {
-  size_t struct_size;     /* sizeof(stalloc_place_result_t); set by the caller or 0 */
+  size_t struct_size;     /* sizeof(stalloc_place_result_t), set by stalloc_place_result_init */
   uint64_t peak;          /* plan peak: largest offset + size over items live for some time */
   uint64_t lower_bound;   /* max over time of live bytes (sizes aligned) */
   uint32_t orderings_tried; /* heuristic orderings plus search attempts */
@@ -318,6 +336,7 @@ typedef struct stalloc_place_result {
 } stalloc_place_result_t;
 
 STALLOC_API void stalloc_place_params_init(stalloc_place_params_t* params);
+STALLOC_API void stalloc_place_result_init(stalloc_place_result_t* result);
 /* Fills offsets[i] for each of the n items (offsets has n entries). Items of size 0 or with
  * upper == lower occupy nothing and get offset 0 (or their fixed offset). params may be
  * NULL for the defaults; result may be NULL. Fails with INVALID_ARGUMENT on upper < lower,
@@ -442,8 +461,10 @@ STALLOC_API stalloc_status_t stalloc_plan_reuse(const stalloc_plan_t* plan,
  * is copied, so the caller may destroy it. Blocks already live stay where they are. Requests
  * the plan does not cover go to the reusable space of the plan's windows, a slab (<= 512 B)
  * or the fallback pool; after a divergence the runtime finds its position again (resync).
- * STALLOC_ERR_PLAN_MISMATCH when the plan's offsets break the allocator's alignment;
- * STALLOC_ERR_INVALID_ARGUMENT when a plan is already loaded or the plan is malformed. */
+ * The plan is checked against the same rules as when it was built or loaded (a plan that
+ * passes one passes all). STALLOC_ERR_PLAN_MISMATCH when the plan's offsets break the
+ * allocator's alignment; STALLOC_ERR_BAD_FORMAT when the plan breaks those rules;
+ * STALLOC_ERR_INVALID_ARGUMENT when a plan is already loaded. */
 STALLOC_API stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* allocator,
                                                          const stalloc_plan_t* plan);
 

@@ -8,6 +8,7 @@
  * theirs. Small partitions get several greedy orderings; large ones (a whole training
  * iteration) get one sweep in time order with best-fit over the free address gaps, which is
  * O(n * live) and so scales to millions of items. */
+#include "base/struct_size.h"
 #include "base/clock.h"
 #include "plan/place.h"
 
@@ -782,6 +783,12 @@ void stalloc_place_params_init(stalloc_place_params_t* params) {
   params->cancel = NULL;
 }
 
+void stalloc_place_result_init(stalloc_place_result_t* result) {
+  if (!result) return;
+  memset(result, 0, sizeof *result);
+  result->struct_size = sizeof *result;
+}
+
 _Static_assert(sizeof(stalloc_place_item_t) == sizeof(st_place_item),
                "public and internal placement items share a layout");
 
@@ -790,26 +797,20 @@ stalloc_status_t stalloc_place(const stalloc_place_item_t* items, size_t n,
                                stalloc_place_result_t* result) {
   stalloc_place_params_t pp;
   stalloc_place_params_init(&pp);
-  if (params) {
-    if (params->struct_size < sizeof(size_t) || params->struct_size > sizeof pp)
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
-                     "stalloc_place: params->struct_size %zu: call stalloc_place_params_init",
-                     params->struct_size);
-    memcpy(&pp, params, params->struct_size); /* only the fields the caller knows */
-    pp.struct_size = sizeof pp;
-  }
+  stalloc_status_t st = st_struct_read(&pp, sizeof pp, params, "stalloc_place: params");
+  if (!st && result) st = st_struct_check(result, "stalloc_place: result");
+  if (st) return st;
   if (pp.alignment == 0)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_place: alignment must be >= 1");
   st_place_params ip = {pp.alignment, pp.time_limit, pp.cancel};
   st_place_result ir;
-  stalloc_status_t st = st_place((const st_place_item*)items, n, &ip, offsets, &ir);
-  if (result) {
+  st = st_place((const st_place_item*)items, n, &ip, offsets, &ir);
+  if (result && st == STALLOC_OK) {
     stalloc_place_result_t r = {
         .struct_size = sizeof r, .peak = ir.peak, .lower_bound = ir.lower_bound,
         .orderings_tried = ir.orderings_tried, .optimal = ir.optimal ? 1u : 0u,
         .backtracks = ir.backtracks, .seconds = ir.seconds};
-    size_t copy = result->struct_size ? ST_MIN(result->struct_size, sizeof r) : sizeof r;
-    if (st == STALLOC_OK) memcpy(result, &r, copy);
+    st_struct_write(result, &r, sizeof r);
   }
   return st;
 }

@@ -1,13 +1,14 @@
 /* plan_file.c - the plan file (docs/plan-format.md): a fixed little-endian header, the
  * prologue and iteration entries, the reuse table, a CRC-32 of all of that, and an end marker.
  * Loading checks the magic, version, sizes, checksum and end marker, then every entry against
- * the pool (st_plan_validate), so a damaged or foreign file is an error, never a crash. */
+ * the pool (st_plan_validate, plan_validate.c), so a damaged or foreign file is an error, never a crash. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/crc32.h"
+#include "plan/plan_validate.h"
 #include "plan/planner.h"
 
 #define MAGIC "STALPLAN"

@@ -1,6 +1,7 @@
 /* planner.c - params -> pipeline -> stalloc_plan: iteration detection (period.c), classes
  * (classify.c), one placement of the prologue and one steady iteration (place.c), reusable
- * space (reuse.c); plus the plan's info, fingerprint, validation and the public entry points.
+ * space (reuse.c); plus the plan's info, fingerprint and the public entry points (validation:
+ * plan_validate.c).
  *
  * The placement timeline, in alloc time (planner.h), is the prologue [0, S) followed by one
  * iteration [S, S + P). Warm-up requests live where they lived; persistent ones from their
@@ -17,7 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/struct_size.h"
 #include "plan/place.h"
+#include "plan/plan_validate.h"
 #include "plan/planner.h"
 #include "plan/reuse.h"
 
@@ -92,102 +95,6 @@ stalloc_status_t st_plan_fingerprint_trace(const stalloc_plan* plan, const stall
     h = fnv(h, dyn ? 0 : t->requests[plan->prologue_count + i].size);
   }
   *fingerprint = h;
-  return STALLOC_OK;
-}
-
-/* ---- validation: everything a plan (built or loaded) must satisfy ----------------------- */
-
-static stalloc_status_t check_entry(const stalloc_plan* plan, const st_plan_entry* e,
-                                    bool in_iteration, size_t index, const char* what) {
-  const char* part = in_iteration ? "iteration" : "prologue";
-  bool planned;
-  switch (e->cls) {
-    case PLAN_CLASS_PERSISTENT:
-    case PLAN_CLASS_WARMUP:
-      if (in_iteration) goto bad_class;
-      planned = true;
-      break;
-    case PLAN_CLASS_PERIODIC:
-      if (!in_iteration) goto bad_class;
-      planned = true;
-      break;
-    case PLAN_CLASS_DYNAMIC:
-      if (!in_iteration) goto bad_class;
-      planned = false;
-      break;
-    case PLAN_CLASS_TINY:
-      planned = false;
-      break;
-    default:
-    bad_class:
-      return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: %s entry %zu: class %u is not allowed there",
-                     what, part, index, e->cls);
-  }
-  if (planned) {
-    if (e->offset == PLAN_NO_OFFSET || e->offset % plan->alignment ||
-        e->size > plan->pool_size || e->offset > plan->pool_size - e->size)
-      return st_fail(STALLOC_ERR_BAD_FORMAT,
-                     "%s: %s entry %zu: offset %llu + size %llu outside the pool of %llu B or "
-                     "not aligned to %llu", what, part, index, (unsigned long long)e->offset,
-                     (unsigned long long)e->size, (unsigned long long)plan->pool_size,
-                     (unsigned long long)plan->alignment);
-  } else if (e->offset != PLAN_NO_OFFSET) {
-    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: %s entry %zu: a %s request has an offset", what,
-                   part, index, e->cls == PLAN_CLASS_TINY ? "tiny" : "dynamic");
-  }
-  bool window_ok = e->window == UINT32_MAX ||
-                   (e->cls == PLAN_CLASS_DYNAMIC && e->window < plan->window_count);
-  if (!window_ok)
-    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: %s entry %zu: bad reuse window %u", what, part,
-                   index, e->window);
-  return STALLOC_OK;
-}
-
-stalloc_status_t st_plan_validate(const stalloc_plan* plan, const char* what) {
-  stalloc_status_t s;
-  if (!st_is_pow2(plan->alignment))
-    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: alignment %llu is not a power of two", what,
-                   (unsigned long long)plan->alignment);
-  if (plan->pool_size % plan->alignment || plan->plan_peak > plan->pool_size)
-    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: pool size %llu does not hold the plan peak %llu "
-                   "or is not aligned", what, (unsigned long long)plan->pool_size,
-                   (unsigned long long)plan->plan_peak);
-  if (plan->iteration_count == 0 && (plan->window_count || plan->steps_found))
-    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: reuse windows or steps without an iteration", what);
-  uint64_t peak = 0;
-  for (size_t i = 0; i < plan->prologue_count + plan->iteration_count; i++) {
-    bool it = i >= plan->prologue_count;
-    size_t k = it ? i - plan->prologue_count : i;
-    const st_plan_entry* e = it ? &plan->iteration[k] : &plan->prologue[i];
-    if ((s = check_entry(plan, e, it, k, what))) return s;
-    /* lifetimes are optional (a plan built by hand may have none): never = unknown */
-    const uint64_t* ends = it ? plan->iteration_end : plan->prologue_end;
-    uint64_t end = ends ? ends[k] : ST_NEVER;
-    if (end <= k || (e->cls == PLAN_CLASS_PERSISTENT && end != ST_NEVER) ||
-        (end != ST_NEVER && e->cls == PLAN_CLASS_WARMUP && end > plan->prologue_count) ||
-        (end != ST_NEVER && e->cls == PLAN_CLASS_PERIODIC && end > k + plan->iteration_count))
-      return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: %s entry %zu: lifetime end %llu is impossible "
-                     "for its class", what, it ? "iteration" : "prologue", k,
-                     (unsigned long long)end);
-    if (e->offset != PLAN_NO_OFFSET) peak = ST_MAX(peak, e->offset + e->size);
-  }
-  if (peak != plan->plan_peak)
-    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: plan peak %llu differs from its entries' %llu",
-                   what, (unsigned long long)plan->plan_peak, (unsigned long long)peak);
-  for (size_t w = 0; w < plan->window_count; w++) {
-    const st_reuse_window* win = &plan->windows[w];
-    if (win->begin >= win->end || win->end > 2 * (uint64_t)plan->iteration_count ||
-        win->first_range > plan->range_count ||
-        win->range_count > plan->range_count - win->first_range)
-      return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: reuse window %zu is out of range", what, w);
-  }
-  for (size_t r = 0; r < plan->range_count; r++) {
-    const st_reuse_range* g = &plan->ranges[r];
-    if (!g->size || g->size > plan->pool_size || g->offset > plan->pool_size - g->size)
-      return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: reuse range %zu is outside the pool", what, r);
-  }
-  if (st_plan_fingerprint(plan) != plan->fingerprint)
-    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: fingerprint does not match the entries", what);
   return STALLOC_OK;
 }
 
@@ -554,14 +461,8 @@ stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
   if (!trace) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_create: trace is NULL");
   stalloc_plan_params_t prm;
   stalloc_plan_params_init(&prm);
-  if (params) {
-    if (params->struct_size < offsetof(stalloc_plan_params_t, detect_period))
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
-                     "stalloc_plan_create: params.struct_size %zu is too small (call "
-                     "stalloc_plan_params_init)", params->struct_size);
-    memcpy(&prm, params, ST_MIN(params->struct_size, sizeof prm));
-    prm.struct_size = sizeof prm;
-  }
+  stalloc_status_t st = st_struct_read(&prm, sizeof prm, params, "stalloc_plan_create: params");
+  if (st) return st;
   if (!st_is_pow2(prm.alignment))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan params: alignment %llu is not a power of two",
                    (unsigned long long)prm.alignment);
@@ -593,11 +494,11 @@ stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
 /* ---- queries --------------------------------------------------------------------------- */
 
 stalloc_status_t stalloc_plan_info(const stalloc_plan_t* plan, stalloc_plan_info_t* info) {
-  if (!plan || !info || info->struct_size < sizeof(size_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_info: NULL plan or uninitialised info");
+  if (!plan) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_plan_info: NULL plan");
+  stalloc_status_t st = st_struct_check(info, "stalloc_plan_info");
+  if (st) return st;
   stalloc_plan_info_t v;
-  memset(&v, 0, sizeof v);
-  v.struct_size = ST_MIN(info->struct_size, sizeof v);
+  stalloc_plan_info_init(&v);
   v.lower_bound = plan->planned_lower_bound;
   v.trace_lower_bound = plan->lower_bound;
   v.plan_peak = plan->plan_peak;
@@ -631,7 +532,7 @@ stalloc_status_t stalloc_plan_info(const stalloc_plan_t* plan, stalloc_plan_info
   uint64_t used = plan->pool_size > st_align_up(top, plan->alignment) ? plan->pool_size : plan->plan_peak;
   v.ratio = v.lower_bound ? (double)used / (double)v.lower_bound : 1.0;
   v.seconds = plan->seconds;
-  memcpy(info, &v, v.struct_size);
+  st_struct_write(info, &v, sizeof v);
   return STALLOC_OK;
 }
 

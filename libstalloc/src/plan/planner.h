@@ -1,4 +1,4 @@
-/* planner.h - the plan's own operations (planner.c): fingerprint, validation, release. The
+/* planner.h - the plan's own operations (planner.c): fingerprint, release. The
  * pipeline's stages have their own headers: period.h, classify.h, place.h, reuse.h. */
 #ifndef STALLOC_PLANNER_H
 #define STALLOC_PLANNER_H
@@ -10,8 +10,6 @@ uint64_t st_plan_fingerprint(const stalloc_plan* plan);
 /* Same, from a trace's first allocs, with the plan's dynamic positions masked. */
 stalloc_status_t st_plan_fingerprint_trace(const stalloc_plan* plan, const stalloc_trace_t* trace,
                                            uint64_t* fingerprint);
-/* Checks a plan's internal consistency (what a loaded plan must satisfy). */
-stalloc_status_t st_plan_validate(const stalloc_plan* plan, const char* what);
 void st_plan_free(stalloc_plan* plan);
 
 #endif

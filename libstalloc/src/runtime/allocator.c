@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/struct_size.h"
 #include "runtime/allocator.h"
 #include "runtime/record.h"
 
@@ -16,16 +17,12 @@ static stalloc_status_t check_alignment(const char* name, uint64_t value) {
   return STALLOC_OK;
 }
 
-/* Copies the fields the caller's struct_size covers over the defaults. */
+/* The caller's options over the defaults (the versioned-struct rule), then checked. */
 static stalloc_status_t read_options(const stalloc_options_t* in, stalloc_options_t* out) {
   stalloc_options_init(out);
-  if (!in) return STALLOC_OK;
-  if (in->struct_size < sizeof(size_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "options.struct_size is %zu: call stalloc_options_init first", in->struct_size);
-  size_t n = ST_MIN(in->struct_size, sizeof *out);
-  memcpy((char*)out + sizeof(size_t), (const char*)in + sizeof(size_t), n - sizeof(size_t));
-  out->struct_size = sizeof *out;
-  stalloc_status_t s = check_alignment("alignment", out->alignment);
+  stalloc_status_t s = st_struct_read(out, sizeof *out, in, "options");
+  if (s) return s;
+  s = check_alignment("alignment", out->alignment);
   if (s) return s;
   if (out->tiny_alignment == 0) out->tiny_alignment = out->alignment;
   if ((s = check_alignment("tiny_alignment", out->tiny_alignment))) return s;
@@ -54,6 +51,7 @@ stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options, stal
     free(a);
     return s;
   }
+  const char* record_path = a->options.record_path; /* read as far as struct_size reaches */
   a->options.record_path = NULL; /* not kept: the caller owns that string */
   a->ops = st_backend_get(a->options.backend);
   s = a->ops->create(&a->options, &a->backend, &a->caps);
@@ -85,9 +83,8 @@ stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options, stal
   u64map_init(&a->live);
   stalloc_stats_init(&a->stats);
   a->next_id = 1;
-  if (options && options->struct_size >= offsetof(stalloc_options_t, record_path) + sizeof(char*) &&
-      options->record_path) {
-    s = stalloc_allocator_record_start(a, options->record_path);
+  if (record_path) {
+    s = stalloc_allocator_record_start(a, record_path);
     if (s) {
       stalloc_allocator_destroy(a);
       return s;
@@ -357,8 +354,9 @@ void stalloc_stats_init(stalloc_stats_t* s) {
 }
 
 stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* a, stalloc_stats_t* out) {
-  if (!a || !out || out->struct_size < sizeof(size_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stats: NULL argument or stats not initialised");
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stats: NULL allocator");
+  stalloc_status_t st = st_struct_check(out, "stats");
+  if (st) return st;
   LOCK(a);
   stalloc_stats_t s = a->stats;
   s.reserved_bytes = a->budget.reserved;
@@ -372,8 +370,7 @@ stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* a, stalloc_stats_t
   s.resyncs = c.resyncs;
   s.dynamic_allocs = c.dynamic;
   UNLOCK(a);
-  size_t n = ST_MIN(out->struct_size, sizeof s);
-  memcpy((char*)out + sizeof(size_t), (char*)&s + sizeof(size_t), n - sizeof(size_t));
+  st_struct_write(out, &s, sizeof s);
   return STALLOC_OK;
 }
 

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/plan_validate.h"
 #include "runtime/runtime.h"
 #include "runtime/slab.h"
 
@@ -420,44 +421,21 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
 
 /* ---- public within the library ---- */
 
+/* The plan's own rules (plan_validate.c, as when it was built or read), then what this allocator
+ * adds: a valid plan made for a finer alignment than the allocator's fits only if every offset
+ * happens to meet the allocator's too. */
 static stalloc_status_t check_plan(const stalloc_plan* p, uint64_t alignment) {
   if (!p) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: NULL plan");
-  if ((p->prologue_count && !p->prologue) || (p->iteration_count && !p->iteration) ||
-      (p->window_count && !p->windows) || (p->range_count && !p->ranges))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: a count is set but its array is NULL");
-  if (p->iteration_count > UINT32_MAX || p->prologue_count > (1ull << 40))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %zu prologue and %zu iteration entries is too many",
-                   p->prologue_count, p->iteration_count);
+  stalloc_status_t s = st_plan_validate(p, "load_plan");
+  if (s || alignment <= p->alignment) return s;
   for (size_t i = 0; i < p->prologue_count + p->iteration_count; i++) {
     bool pro = i < p->prologue_count;
     const st_plan_entry* e = pro ? &p->prologue[i] : &p->iteration[i - p->prologue_count];
-    size_t at = pro ? i : i - p->prologue_count;
-    const char* part = pro ? "prologue" : "iteration";
-    if (e->cls < PLAN_CLASS_PERSISTENT || e->cls > PLAN_CLASS_WARMUP)
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %s entry %zu: unknown class %u", part, at, e->cls);
-    if (e->cls == PLAN_CLASS_DYNAMIC && e->window != UINT32_MAX && e->window >= p->window_count)
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %s entry %zu: window %u of %zu", part, at,
-                     e->window, p->window_count);
-    if (e->offset == PLAN_NO_OFFSET) continue;
-    if (e->offset % alignment)
-      return st_fail(STALLOC_ERR_PLAN_MISMATCH, "plan: %s entry %zu: offset %llu is not a multiple of the allocator's alignment %llu",
-                     part, at, (unsigned long long)e->offset, (unsigned long long)alignment);
-    if (e->offset > p->pool_size || e->size > p->pool_size - e->offset)
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: %s entry %zu: [%llu, +%llu) passes the pool size %llu",
-                     part, at, (unsigned long long)e->offset, (unsigned long long)e->size,
-                     (unsigned long long)p->pool_size);
+    if (e->offset != PLAN_NO_OFFSET && e->offset % alignment)
+      return st_fail(STALLOC_ERR_PLAN_MISMATCH, "load_plan: %s entry %zu: offset %llu is not a multiple of the allocator's alignment %llu",
+                     pro ? "prologue" : "iteration", pro ? i : i - p->prologue_count,
+                     (unsigned long long)e->offset, (unsigned long long)alignment);
   }
-  for (size_t w = 0; w < p->window_count; w++) {
-    const st_reuse_window* win = &p->windows[w];
-    /* end may pass the iteration's count: the window runs into the next iteration. */
-    if (win->begin > win->end || win->begin > p->iteration_count ||
-        win->end > 2 * (uint64_t)p->iteration_count ||
-        win->first_range > p->range_count || win->range_count > p->range_count - win->first_range)
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: reuse window %zu is out of bounds", w);
-  }
-  for (size_t r = 0; r < p->range_count; r++)
-    if (p->ranges[r].offset > p->pool_size || p->ranges[r].size > p->pool_size - p->ranges[r].offset)
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "plan: reuse range %zu passes the pool size", r);
   return STALLOC_OK;
 }
 
@@ -498,7 +476,7 @@ stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const 
   rt->ops = ops;
   rt->backend = backend;
   rt->budget = budget;
-  rt->alignment = ST_MAX(alignment, plan->alignment && st_is_pow2(plan->alignment) ? plan->alignment : 1);
+  rt->alignment = ST_MAX(alignment, plan->alignment); /* a power of two: validated */
   rt->rng = 0x9E3779B9u;
   rt->P = plan->prologue_count;
   rt->I = plan->iteration_count;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/struct_size.h"
 #include "runtime/allocator.h"
 #include "trace/trace.h"
 
@@ -105,12 +106,10 @@ typedef struct live_req {
 
 stalloc_status_t stalloc_replay(const stalloc_trace_t* trace, const stalloc_plan_t* plan,
                                 const stalloc_replay_options_t* options, stalloc_replay_result_t* result) {
-  if (!options || options->struct_size < sizeof(size_t)) /* the timeline call reports it */
-    return stalloc_replay_timeline(trace, plan, options, result, NULL, NULL, NULL);
   stalloc_replay_options_t o;
   stalloc_replay_options_init(&o);
-  memcpy(&o, options, ST_MIN(options->struct_size, sizeof o));
-  o.struct_size = sizeof o;
+  stalloc_status_t s = st_struct_read(&o, sizeof o, options, "replay: options");
+  if (s) return s;
   o.timeline_points = 0; /* no arrays to fill */
   return stalloc_replay_timeline(trace, plan, &o, result, NULL, NULL, NULL);
 }
@@ -224,17 +223,12 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
                                     uint64_t* timeline_allocated, uint64_t* timeline_reserved,
                                     step_log* sl, stalloc_online_plan_record_t* plans,
                                     size_t plan_capacity, size_t* plan_count) {
-  if (!trace || !result || result->struct_size < sizeof(size_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: NULL trace or result (or result not initialised)");
+  if (!trace) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: NULL trace");
   stalloc_replay_options_t o;
   stalloc_replay_options_init(&o);
-  if (options) {
-    if (options->struct_size < sizeof(size_t))
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: options.struct_size is %zu: call stalloc_replay_options_init first",
-                     options->struct_size);
-    size_t n = ST_MIN(options->struct_size, sizeof o);
-    memcpy((char*)&o + sizeof(size_t), (const char*)options + sizeof(size_t), n - sizeof(size_t));
-  }
+  stalloc_status_t bad = st_struct_check(result, "replay: result");
+  if (!bad) bad = st_struct_read(&o, sizeof o, options, "replay: options");
+  if (bad) return bad;
   if (o.backend != STALLOC_BACKEND_VIRTUAL && o.backend != STALLOC_BACKEND_HOST)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: backend must be virtual or host, not %s",
                    stalloc_backend_name(o.backend));
@@ -362,8 +356,7 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
     out.checked_events = checked;
     out.timeline_count = tl.count;
     out.seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    size_t n = ST_MIN(result->struct_size, sizeof out);
-    memcpy((char*)result + sizeof(size_t), (char*)&out + sizeof(size_t), n - sizeof(size_t));
+    st_struct_write(result, &out, sizeof out);
   }
   if (o.online) stalloc_allocator_online_plans(a, plans, plan_capacity, plan_count);
   u64map_destroy(&ids);

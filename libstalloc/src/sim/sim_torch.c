@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/struct_size.h"
 #include "trace/trace.h"
 
 #define K_MIN_BLOCK 512ull
@@ -631,12 +632,12 @@ stalloc_status_t stalloc_simulate(const stalloc_trace_t* trace, const stalloc_si
                                   uint64_t* tl_allocated, uint64_t* tl_reserved) {
   if (!trace || !params || !result)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "simulate: NULL argument");
-  /* Both structs may grow: callers built against this version's fields or more are served,
-   * and the result is written only as far as the caller's struct_size reaches. */
-  if (params->struct_size < offsetof(stalloc_sim_params_t, timeline_points) + sizeof(uint64_t) ||
-      result->struct_size < offsetof(stalloc_sim_result_t, timeline_count) + sizeof(uint64_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
-                   "simulate: struct_size not set (call stalloc_sim_params_init/result_init)");
+  stalloc_sim_params_t prm;
+  stalloc_sim_params_init(&prm);
+  stalloc_status_t s = st_struct_read(&prm, sizeof prm, params, "simulate: params");
+  if (!s) s = st_struct_check(result, "simulate: result");
+  if (s) return s;
+  params = &prm;
   if (params->kind != STALLOC_SIM_TORCH && params->kind != STALLOC_SIM_TORCH_EXPANDABLE)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "simulate: unknown simulator kind %d",
                    (int)params->kind);
@@ -729,7 +730,6 @@ stalloc_status_t stalloc_simulate(const stalloc_trace_t* trace, const stalloc_si
   if (status == STALLOC_ERR_INTERNAL)
     return st_fail(status, "simulate: the simulated allocator's books do not balance");
   if (status) return st_fail(status, "simulate: no host memory for the simulation");
-  res.struct_size = result->struct_size;
-  memcpy(result, &res, ST_MIN(result->struct_size, sizeof res));
+  st_struct_write(result, &res, sizeof res);
   return STALLOC_OK;
 }

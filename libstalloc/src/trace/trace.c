@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/struct_size.h"
 #include "trace/trace.h"
 
 stalloc_status_t stalloc_trace_create(stalloc_trace_t** trace) {
@@ -171,9 +172,9 @@ static uint64_t count_distinct(uint64_t* v, size_t n) {
 }
 
 stalloc_status_t stalloc_trace_summary(const stalloc_trace_t* t, stalloc_trace_summary_t* out) {
-  if (!t || !out || out->struct_size < sizeof(size_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
-                   "trace_summary: NULL argument or summary not initialised");
+  if (!t) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "trace_summary: NULL trace");
+  stalloc_status_t st = st_struct_check(out, "trace_summary");
+  if (st) return st;
   stalloc_trace_summary_t s;
   stalloc_trace_summary_init(&s);
   s.events = t->event_count;
@@ -213,7 +214,6 @@ stalloc_status_t stalloc_trace_summary(const stalloc_trace_t* t, stalloc_trace_s
       live -= e->size;
     }
   }
-  size_t copy = ST_MIN(out->struct_size, sizeof s);
-  memcpy((char*)out + sizeof(size_t), (char*)&s + sizeof(size_t), copy - sizeof(size_t));
+  st_struct_write(out, &s, sizeof s);
   return STALLOC_OK;
 }

@@ -6,6 +6,7 @@
 
 #include "runtime/allocator.h"
 #include "check.h"
+#include "hand_plan.h"
 #include "plan/plan.h"
 #include "runtime/runtime.h"
 
@@ -127,6 +128,7 @@ static void make_plan(hand_plan* h, bool steps) {
   h->p.prologue_count = PERSISTENT;
   h->p.iteration = h->iter;
   h->p.iteration_count = M;
+  seal_plan(&h->p);
 }
 
 static uint64_t planned_per_iteration(void) {
@@ -212,6 +214,7 @@ static void test_broken_plan_is_safe(void) {
   for (int i = 0; i < M; i++)
     if (h.iter[i].offset != PLAN_NO_OFFSET) h.iter[i].offset = 4096 * 55; /* after the persistent */
   h.p.pool_size = 4096 * 55 + 24 * 512;
+  seal_plan(&h.p); /* consistent in itself: only the overlap is wrong, which no check sees */
   gen g = {.iters = 10, .steps = true};
   stalloc_trace_t* t = make_trace(&g, NULL);
   stalloc_replay_result_t r = replay(t, &h.p, STALLOC_BACKEND_HOST);
@@ -227,6 +230,7 @@ static void test_foreign_plan(void) {
   /* Every size 8 bytes smaller than the run's: no request fits its entry. */
   for (int i = 0; i < M; i++) h.iter[i].size -= 8;
   for (int i = 0; i < PERSISTENT; i++) h.pro[i].size -= 8;
+  seal_plan(&h.p);
   gen g = {.iters = 10, .seed = 9};
   stalloc_trace_t* t = make_trace(&g, NULL);
   stalloc_replay_result_t r = replay(t, &h.p, STALLOC_BACKEND_HOST);
@@ -245,6 +249,7 @@ static void test_allocs_before_plan(void) {
   hand_plan h;
   make_plan(&h, false);
   h.pro[0].size = 4096; /* the early alloc took position 0; the plan continues after it */
+  seal_plan(&h.p);
   CHECK_OK(stalloc_allocator_load_plan(a, &h.p));
   CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_INVALID_ARGUMENT);
   void* p;
@@ -268,18 +273,26 @@ static void test_bad_plans(void) {
   hand_plan h;
   make_plan(&h, false);
   CHECK_STATUS(stalloc_allocator_load_plan(a, NULL), STALLOC_ERR_INVALID_ARGUMENT);
-  h.iter[1].offset += 8;
+  /* Valid for its own alignment (256), not for the allocator's (512). */
+  h.p.alignment = 256;
+  h.iter[1].offset += 256;
+  seal_plan(&h.p);
   CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_PLAN_MISMATCH);
+  CHECK(strstr(stalloc_last_error(), "iteration entry 1") != NULL);
+  /* Broken in itself: the plan's rules (plan_validate.c) refuse it. */
+  make_plan(&h, false);
+  h.iter[1].offset += 8;
+  CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_BAD_FORMAT);
   make_plan(&h, false);
   h.iter[1].offset = h.p.pool_size;
-  CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_BAD_FORMAT);
   CHECK(strstr(stalloc_last_error(), "iteration entry 1") != NULL);
   make_plan(&h, false);
   h.iter[2].cls = 99;
-  CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_BAD_FORMAT);
   make_plan(&h, false);
   h.p.iteration = NULL;
-  CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(stalloc_allocator_load_plan(a, &h.p), STALLOC_ERR_BAD_FORMAT);
   CHECK_OK(stalloc_allocator_destroy(a));
   stalloc_options_init(&o);
   o.memory_limit = 4096;
@@ -336,6 +349,7 @@ static void test_streams_and_dynamic(void) {
   st_reuse_range range = {8192, 8192};
   stalloc_plan p = {.pool_size = 16384, .alignment = 512, .iteration = iter, .iteration_count = 3,
                     .windows = &win, .window_count = 1, .ranges = &range, .range_count = 1};
+  seal_plan(&p);
   st_runtime* rt;
   CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, 512, &p, 0, false, &rt));
   CHECK(budget.reserved == 16384);
@@ -439,6 +453,7 @@ static void test_arena_grown_and_overflow(void) {
   st_reuse_range range = {0, 8192};
   stalloc_plan p = {.pool_size = 16384, .alignment = 512, .iteration = iter, .iteration_count = 3,
                     .windows = &win, .window_count = 1, .ranges = &range, .range_count = 1};
+  seal_plan(&p);
   st_runtime* rt;
   CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, 512, &p, 0, false, &rt));
   st_rt_outcome out;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "hand_plan.h"
 #include "plan/plan.h"
 
 #define THREADS 8
@@ -167,6 +168,7 @@ int main(void) {
     if (s > 512) off += s;
   }
   stalloc_plan plan = {.pool_size = off, .alignment = 512, .iteration = iter, .iteration_count = M};
+  seal_plan(&plan);
   CHECK_OK(stalloc_allocator_load_plan(shared, &plan));
 
   pthread_t t[THREADS];
