@@ -45,10 +45,19 @@ static stalloc_status_t host_free(void* state, void* ptr, uint64_t size) {
   return STALLOC_OK;
 }
 
+static stalloc_status_t host_total_memory(void* state, uint64_t* total) {
+  host_state* h = state;
+  long pages = sysconf(_SC_PHYS_PAGES);
+  if (pages <= 0) return st_fail(STALLOC_ERR_UNSUPPORTED, "host backend: the system does not say how much RAM it has");
+  *total = (uint64_t)pages * h->page;
+  return STALLOC_OK;
+}
+
 const backend_ops st_backend_host = {
     .name = "host",
     .create = host_create,
     .destroy = host_destroy,
     .alloc = host_alloc,
     .free = host_free,
+    .total_memory = host_total_memory,
 };

@@ -127,10 +127,16 @@ static stalloc_status_t virtual_free(void* state, void* ptr, uint64_t size) {
   return STALLOC_OK;
 }
 
+static stalloc_status_t virtual_total_memory(void* state, uint64_t* total) {
+  *total = ((virtual_state*)state)->capacity;
+  return STALLOC_OK;
+}
+
 const backend_ops st_backend_virtual = {
     .name = "virtual",
     .create = virtual_create,
     .destroy = virtual_destroy,
     .alloc = virtual_alloc,
     .free = virtual_free,
+    .total_memory = virtual_total_memory,
 };

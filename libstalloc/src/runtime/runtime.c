@@ -611,4 +611,9 @@ const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt) { return
 
 void st_runtime_reset_counters(st_runtime* rt) { memset(&rt->c, 0, sizeof rt->c); }
 
+void st_runtime_pool_allocation(const st_runtime* rt, void** base, uint64_t* size) {
+  *base = rt->pool_mapped ? NULL : rt->base;
+  *size = rt->pool_mapped ? 0 : rt->pool_size;
+}
+
 uint64_t st_runtime_pool_size(const st_runtime* rt) { return rt->pool_size; }
