@@ -113,6 +113,7 @@ static live_block* new_record(stalloc_allocator_t* a) {
   live_block* r = a->spare_records;
   if (r) a->spare_records = r->next_spare;
   else r = malloc(sizeof *r);
+  if (r) *r = (live_block){0}; /* a record dropped unused must not free a stale used_on */
   return r;
 }
 
