@@ -11,10 +11,16 @@ optimizer steps are recorded, planned in the background and switched to at a ste
 (stalloc.session). With ``plan_path`` the plan is saved, and reused by the next run when it
 still fits. Under torch.distributed each rank keeps its own plan (``rank<R>.stplan``).
 
-PyTorch's ``torch.cuda.memory_stats()`` does not see a pluggable allocator: use
-:func:`memory_stats` and :func:`memory_summary` here. PyTorch offers no Python setters for
-its allocator's reset, record_stream and memory-fraction hooks; :func:`empty_cache` and
-``memory_limit`` cover the first and last.
+Every hook PyTorch's allocator object offers is registered (:func:`register_hooks`):
+``Tensor.record_stream`` keeps a block from reuse until the recorded streams are done,
+``torch.cuda.empty_cache()`` returns stalloc's cached segments,
+``torch.cuda.set_per_process_memory_fraction()`` sets stalloc's memory limit. With
+``patch_torch_stats`` (the default) ``torch.cuda.memory_stats()`` and its family answer with
+stalloc's figures (:func:`patch_torch_stats`). Where libstalloc_torch.so was built (PyTorch's
+headers present at build time), an out-of-memory reaches Python as ``torch.cuda.OutOfMemoryError``
+with stalloc's message; :func:`oom_guard` does the same for code paths without it. CUDA graph
+capture (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``) is refused with a
+message naming the setting that avoids it (:func:`refuse_capture`).
 On a CPU-only PyTorch, :func:`enable` explains what is missing; :func:`record` (the profiler
 route) still records traces.
 """
@@ -22,6 +28,7 @@ route) still records traces.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 
 from .. import capture
@@ -38,6 +45,7 @@ __all__ = [
 _allocators: dict[int, Allocator] = {}
 _sessions: dict[int, PlanSession] = {}
 _hook = None
+_patched: dict = {}  # (owner, name) -> the original, for what patch_torch_stats/refuse_capture replaced
 
 
 def _torch():
@@ -71,7 +79,7 @@ def cuda_unavailable_reason() -> str | None:
 
 def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = None,
            time_limit: float = 2.0, hook_optimizer: bool = True, devices=None,
-           backend: str = "cuda") -> None:
+           backend: str = "cuda", patch_torch_stats: bool = True) -> None:
     """Installs libstalloc as PyTorch's CUDA allocator. Call it right after ``import torch``,
     before any CUDA tensor exists (PyTorch refuses to change allocators later).
 
@@ -79,6 +87,8 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
     plan_path: a plan file or directory (one file per rank) to save and reuse plans.
     memory_limit: most bytes stalloc may reserve per device.
     hook_optimizer: mark steps from every optimizer.step(); else call :func:`step` yourself.
+    patch_torch_stats: route torch.cuda.memory_stats() and its family to stalloc's figures
+    (undone by :func:`disable`).
     """
     global _hook
     torch = _torch()
@@ -92,9 +102,13 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
         a = Allocator(backend=backend, device=d, memory_limit=memory_limit)
         _allocators[d] = a
         lib.stalloc_torch_register(d, a._h())
-    pluggable = torch.cuda.memory.CUDAPluggableAllocator(
-        library_path, "stalloc_torch_malloc", "stalloc_torch_free")
+    path, malloc_name = plug_library()
+    pluggable = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_name, "stalloc_torch_free")
+    register_hooks(pluggable.allocator())
     torch.cuda.memory.change_current_allocator(pluggable)
+    refuse_capture()
+    if patch_torch_stats:
+        globals()["patch_torch_stats"]()
     rank = _rank()
     for d, a in _allocators.items():
         _sessions[d] = PlanSession(a, record_steps=record_steps, plan_path=_device_path(plan_path, d),
@@ -155,8 +169,17 @@ def memory_stats(device: int | None = None) -> dict:
         "active.all.peak": s.peak_active_blocks,
         "allocation.all.allocated": s.alloc_count,
         "allocation.all.freed": s.free_count,
+        "active_bytes.all.current": s.allocated_bytes,
+        "active_bytes.all.peak": s.peak_allocated_bytes,
+        "requested_bytes.all.current": s.allocated_bytes,
+        "requested_bytes.all.peak": s.peak_allocated_bytes,
+        "allocation.all.current": s.active_blocks,
+        "allocation.all.peak": s.peak_active_blocks,
         "segment.all.current": s.segment_count,
         "num_ooms": s.failed_allocs,
+        # stalloc gives cached segments back and retries inside one alloc, uncounted; what
+        # PyTorch counts here (retries after a failed cudaMalloc) has no other figure in stalloc.
+        "num_alloc_retries": 0,
         "num_device_alloc": s.backend_allocs,
         "num_device_free": s.backend_frees,
     }
@@ -190,21 +213,204 @@ def last_error() -> str:
     return ffi.string(lib.stalloc_torch_last_error(ffi.NULL)).decode("utf-8", "replace")
 
 
+_oom_classes: dict = {}
+
+
+def _oom_class(torch):
+    """An error that is both torch.cuda.OutOfMemoryError and stalloc.OutOfMemoryError."""
+    if torch not in _oom_classes:
+        _oom_classes[torch] = type("OutOfMemoryError", (torch.cuda.OutOfMemoryError, OutOfMemoryError),
+                                   {"__module__": __name__})
+    return _oom_classes[torch]
+
+
 @contextlib.contextmanager
 def oom_guard():
-    """Turns PyTorch's out-of-memory error into stalloc.OutOfMemoryError (also a MemoryError)
-    that says how much was asked, allocated, reserved and planned."""
+    """Turns PyTorch's out-of-memory error (or the generic error a NULL from the plain C
+    malloc gives) into one that is both torch.cuda.OutOfMemoryError and
+    stalloc.OutOfMemoryError (a MemoryError) and says how much was asked, allocated, reserved
+    and planned."""
     torch = _torch()
     try:
         yield
     except (torch.OutOfMemoryError, RuntimeError) as e:
         if "out of memory" not in str(e).lower() and not isinstance(e, torch.OutOfMemoryError):
             raise
-        planned = ""
-        for s in _sessions.values():
-            if s.plan is not None:
-                planned = f"; the plan's pool is {s.plan.info().pool_size:,} bytes"
-        raise OutOfMemoryError(f"stalloc: {last_error() or e}{planned}") from e
+        # libstalloc's message names the bytes asked, allocated, reserved and planned.
+        raise _oom_class(torch)(f"stalloc: {last_error() or e}") from e
+
+
+def disable() -> None:
+    """Undoes what enable() patched in PyTorch (memory functions, capture refusal) and stops
+    marking steps from the optimizer. PyTorch cannot change its allocator back once it has
+    served memory, so stalloc keeps serving the process."""
+    global _hook
+    restore_torch()
+    if _hook is not None:
+        _hook.remove()
+        _hook = None
+
+
+# ---- PyTorch's allocator hooks -------------------------------------------------------------
+
+def _shim_path() -> str | None:
+    """libstalloc_torch.so beside libstalloc.so, where it was built (PyTorch headers present)."""
+    path = os.path.join(os.path.dirname(library_path), "libstalloc_torch.so")
+    return path if os.path.isfile(path) else None
+
+
+def _shim():
+    """The loaded libstalloc_torch, or None where it is absent or does not load against this
+    PyTorch (it links PyTorch's libc10, so torch is imported first)."""
+    path = _shim_path()
+    if path is None:
+        return None
+    _torch()
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+def plug_library() -> tuple[str, str]:
+    """The library and malloc that CUDAPluggableAllocator loads: libstalloc_torch's malloc
+    (throws c10::OutOfMemoryError, which PyTorch raises as torch.cuda.OutOfMemoryError) where it
+    loads, else libstalloc's (a NULL that PyTorch reports as a generic error). Both libraries
+    export stalloc_torch_free (libstalloc_torch through its dependency on libstalloc)."""
+    shim = _shim()
+    if shim is not None:
+        return shim._name, "stalloc_torch_shim_malloc"
+    return library_path, "stalloc_torch_malloc"
+
+
+def _address(fn) -> int:
+    return int(ffi.cast("uintptr_t", fn))
+
+
+def hook_addresses() -> dict[str, int]:
+    """Setter name on ``CUDAPluggableAllocator(...).allocator()`` -> the C function's address,
+    each with the signature PyTorch's CUDAPluggableAllocator.h gives that hook."""
+    out = {
+        "set_init_fn": _address(lib.stalloc_torch_init),
+        "set_reset_fn": _address(lib.stalloc_torch_reset),
+        "set_memory_fraction_fn": _address(lib.stalloc_torch_set_memory_fraction),
+        "set_base_alloc_fn": _address(lib.stalloc_torch_base_alloc),
+        "set_record_stream_fn": _address(lib.stalloc_torch_record_stream),
+    }
+    shim = _shim()
+    if shim is not None:
+        # Capture into a private pool is refused where it begins; with no pool ever begun,
+        # set_end_allocate_to_pool_fn and set_release_pool have nothing to act on.
+        out["set_begin_allocate_to_pool"] = ctypes.cast(
+            shim.stalloc_torch_shim_begin_allocate_to_pool, ctypes.c_void_p).value
+    return out
+
+
+def register_hooks(allocator_object) -> list[str]:
+    """Registers every hook the running PyTorch offers (found with hasattr, since the setters
+    are missing from PyTorch's type stubs) on the object CUDAPluggableAllocator(...).allocator()
+    returns; gives the setters called."""
+    done = []
+    for setter, address in hook_addresses().items():
+        if hasattr(allocator_object, setter):
+            getattr(allocator_object, setter)(address)
+            done.append(setter)
+    return done
+
+
+# ---- PyTorch's own memory functions --------------------------------------------------------
+
+_STATS_FUNCTIONS = ("memory_stats", "memory_stats_as_nested_dict", "memory_allocated",
+                    "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                    "reset_peak_memory_stats", "reset_max_memory_allocated", "memory_summary")
+
+
+def _device_index(device) -> int:
+    torch = _torch()
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def _replacement(name):
+    def stats(device=None):
+        return memory_stats(_device_index(device))
+
+    def nested(device=None):
+        out: dict = {}
+        for key, value in stats(device).items():
+            node = out
+            *path, leaf = key.split(".")
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        return out
+
+    def reset(device=None):
+        _session(_device_index(device)).allocator.reset_peaks()
+
+    table = {
+        "memory_stats": stats,
+        "memory_stats_as_nested_dict": nested,
+        "memory_allocated": lambda device=None: stats(device)["allocated_bytes.all.current"],
+        "max_memory_allocated": lambda device=None: stats(device)["allocated_bytes.all.peak"],
+        "memory_reserved": lambda device=None: stats(device)["reserved_bytes.all.current"],
+        "max_memory_reserved": lambda device=None: stats(device)["reserved_bytes.all.peak"],
+        "reset_peak_memory_stats": reset,
+        "reset_max_memory_allocated": reset,
+        "memory_summary": lambda device=None, abbreviated=False: memory_summary(_device_index(device)),
+    }
+    fn = table[name]
+    fn.__name__ = name
+    fn.__doc__ = f"stalloc's figures in place of torch.cuda.{name} (stalloc torch_backend)."
+    return fn
+
+
+def _replace(owner, name, new) -> None:
+    if (owner, name) not in _patched and hasattr(owner, name):
+        _patched[(owner, name)] = getattr(owner, name)
+        setattr(owner, name, new)
+
+
+def patch_torch_stats() -> None:
+    """Routes torch.cuda.memory_stats(), memory_allocated(), max_memory_allocated(),
+    memory_reserved(), max_memory_reserved(), reset_peak_memory_stats(), memory_summary() (in
+    torch.cuda and torch.cuda.memory) to stalloc's figures under PyTorch's key names; under a
+    pluggable allocator PyTorch's own raise or return nothing (pytorch#133281)."""
+    torch = _torch()
+    for name in _STATS_FUNCTIONS:
+        new = _replacement(name)
+        for owner in (torch.cuda, torch.cuda.memory):
+            _replace(owner, name, new)
+
+
+def refuse_capture() -> None:
+    """CUDA graph capture (torch.cuda.graph, make_graphed_callables, torch.compile's
+    reduce-overhead mode) needs a private memory pool that stalloc does not provide: starting
+    one raises RuntimeError naming the settings that avoid it, before anything is captured."""
+    torch = _torch()
+
+    def capture_begin(self, *args, **kwargs):
+        raise RuntimeError(CAPTURE_MESSAGE)
+
+    _replace(torch.cuda.graphs.CUDAGraph, "capture_begin", capture_begin)
+
+
+CAPTURE_MESSAGE = (
+    "stalloc does not serve CUDA graph capture: torch.cuda.graph and "
+    "torch.compile(mode=\"reduce-overhead\") need a private memory pool, which stalloc's PyTorch "
+    "allocator does not provide. Use torch.compile(mode=\"max-autotune-no-cudagraphs\") or "
+    "mode=\"default\", or set torch._inductor.config.triton.cudagraphs = False.")
+
+
+def restore_torch() -> None:
+    """Puts back every PyTorch function patch_torch_stats or refuse_capture replaced."""
+    while _patched:
+        (owner, name), original = _patched.popitem()
+        setattr(owner, name, original)
 
 
 def record(path, steps: int | None = None):

@@ -17,6 +17,11 @@ set -e
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: that is a failure here" >&2; exit 1; fi
 [ "$rc" -eq 0 ] || exit "$rc"
 
+step "GPU kit without a GPU: prepare.sh, then run_all.sh's install route and CPU parts"
+PYTHON="$PY" bash "$REPO/scripts/gpu/prepare.sh"
+KIT_SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+  PYTHON="$PYTHON" OUT="$REPO/build/gpu-kit-results" bash "$REPO/scripts/gpu/run_all.sh"
+
 ctest_build() { # name, extra cmake args...
   local dir="$REPO/build/$1"; shift
   cmake -S "$REPO" -B "$dir" -G Ninja "$@" >/dev/null

@@ -37,6 +37,8 @@ class Stats:
     dynamic_allocs: int
     fallback_allocs: int
     steps: int
+    deferred_frees: int = 0
+    memory_limit: int = 0
 
     @property
     def fragmentation(self) -> float:
@@ -139,6 +141,21 @@ class Allocator(OwnedHandle):
 
     def reset_peaks(self) -> None:
         check(lib.stalloc_allocator_reset_peaks(self._h()))
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        """The block is also used on ``stream``: once freed, nobody reuses it before that
+        stream's work queued up to the free is done."""
+        check(lib.stalloc_allocator_record_stream(self._h(), ffi.cast("void*", ptr), stream))
+
+    def set_memory_limit(self, limit: int) -> None:
+        """Most bytes this allocator may reserve from now on (0: no limit)."""
+        check(lib.stalloc_allocator_set_memory_limit(self._h(), limit))
+
+    def device_memory(self) -> int:
+        """Total memory of the allocator's device (GPU memory, host RAM, the virtual range)."""
+        total = ffi.new("uint64_t*")
+        check(lib.stalloc_allocator_device_memory(self._h(), total))
+        return int(total[0])
 
     def release_cached(self) -> None:
         check(lib.stalloc_allocator_release_cached(self._h()))

@@ -147,3 +147,157 @@ def test_torchrun_ranks_keep_their_own_plans(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("plan source: saved") == 2
+
+
+# ---- the hooks, PyTorch's memory functions, OOM and capture (issue 17) ----
+
+class FakePluggable:
+    """The setters torch._C._CUDAPluggableAllocator has since torch 2.3 (missing from its stubs)."""
+
+    SETTERS = ("set_init_fn", "set_reset_fn", "set_memory_fraction_fn", "set_base_alloc_fn",
+               "set_record_stream_fn", "set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn",
+               "set_release_pool")
+
+    def __init__(self, offered=SETTERS):
+        self.got = {}
+        for name in offered:
+            setattr(self, name, lambda address, name=name: self.got.__setitem__(name, address))
+
+
+def test_every_offered_hook_is_registered_with_the_c_function():
+    import ctypes
+
+    from stalloc.integrations import torch_backend
+
+    pytest.importorskip("torch")
+    fake = FakePluggable()
+    done = torch_backend.register_hooks(fake)
+    for name in ("set_init_fn", "set_reset_fn", "set_memory_fraction_fn", "set_base_alloc_fn",
+                 "set_record_stream_fn"):
+        assert name in done and fake.got[name] == int(ffi.cast("uintptr_t", getattr(lib, {
+            "set_init_fn": "stalloc_torch_init", "set_reset_fn": "stalloc_torch_reset",
+            "set_memory_fraction_fn": "stalloc_torch_set_memory_fraction",
+            "set_base_alloc_fn": "stalloc_torch_base_alloc",
+            "set_record_stream_fn": "stalloc_torch_record_stream"}[name])))
+    shim = torch_backend._shim()
+    assert ("set_begin_allocate_to_pool" in done) == (shim is not None)
+    # A torch offering fewer setters gets only those.
+    older = FakePluggable(offered=("set_reset_fn",))
+    assert torch_backend.register_hooks(older) == ["set_reset_fn"]
+
+    # The registered addresses are the working functions, called as PyTorch calls them.
+    a = stalloc.Allocator(backend="host", growable_pool=False)  # base_alloc: one segment per block
+    lib.stalloc_torch_register(0, a._h())
+    try:
+        reset = ctypes.CFUNCTYPE(None)(fake.got["set_reset_fn"])
+        fraction = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)(fake.got["set_memory_fraction_fn"])
+        record = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(fake.got["set_record_stream_fn"])
+        base = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t))(
+            fake.got["set_base_alloc_fn"])
+        p = a.alloc(3 << 20)
+        a.free(p)
+        assert a.stats().reserved_bytes > 0
+        reset()  # torch.cuda.empty_cache()
+        assert a.stats().reserved_bytes == 0
+        fraction(0.5, 0)  # torch.cuda.set_per_process_memory_fraction(0.5)
+        assert a.stats().memory_limit == int(0.5 * a.device_memory())
+        p = a.alloc(1000)
+        size = ctypes.c_size_t()
+        b = base(p, ctypes.byref(size))
+        assert b <= p and p + 1000 <= b + size.value
+        before = lib.stalloc_torch_failed_record_streams()
+        record(p, 0x2000)
+        assert lib.stalloc_torch_failed_record_streams() == before
+        a.free(p)
+    finally:
+        lib.stalloc_torch_register(0, ffi.NULL)
+        a.close()
+
+
+def test_torch_memory_functions_patched_and_restored():
+    from stalloc.integrations import torch_backend
+
+    torch = pytest.importorskip("torch")
+    originals = {(o, n): getattr(o, n) for o in (torch.cuda, torch.cuda.memory)
+                 for n in torch_backend._STATS_FUNCTIONS if hasattr(o, n)}
+    session, stats = drive(LLAMA, plan_path=None)
+    torch_backend._sessions[0] = session
+    torch_backend.patch_torch_stats()
+    try:
+        for owner in (torch.cuda, torch.cuda.memory):
+            s = owner.memory_stats(0)
+            assert s["allocated_bytes.all.peak"] == stats.peak_allocated_bytes
+            assert s["reserved_bytes.all.current"] == stats.reserved_bytes
+            assert s["num_alloc_retries"] == 0 and s["num_ooms"] == stats.failed_allocs
+            assert owner.max_memory_allocated(0) == stats.peak_allocated_bytes
+            assert owner.memory_reserved(torch.device("cuda", 0)) == stats.reserved_bytes
+            assert owner.max_memory_reserved("cuda:0") == stats.peak_reserved_bytes
+            assert owner.memory_stats_as_nested_dict(0)["allocated_bytes"]["all"]["peak"] == stats.peak_allocated_bytes
+            assert "stalloc memory summary" in owner.memory_summary(0)
+        # memory_allocated in torch.cuda.memory reads memory_stats: ours.
+        assert torch.cuda.memory_allocated(0) == stats.allocated_bytes
+        torch.cuda.reset_peak_memory_stats(0)
+        assert torch.cuda.max_memory_allocated(0) == session.allocator.stats().allocated_bytes
+    finally:
+        torch_backend.restore_torch()
+        torch_backend._sessions.clear()
+        session.close()
+    for (owner, name), fn in originals.items():
+        assert getattr(owner, name) is fn, name
+
+
+def test_out_of_memory_is_torch_cuda_out_of_memory_with_stallocs_figures():
+    from stalloc.integrations import torch_backend
+
+    torch = pytest.importorskip("torch")
+    a = stalloc.Allocator(memory_limit=4 << 20)
+    lib.stalloc_torch_register(0, a._h())
+    try:
+        # The C half: the NULL from PyTorch's malloc leaves stalloc's figures.
+        assert lib.stalloc_torch_malloc(64 << 20, 0, ffi.NULL) == ffi.NULL
+        text = torch_backend.last_error()
+        for part in ("asked 67108864 bytes", "allocated", "reserved", "planned"):
+            assert part in text
+        # The Python half: what PyTorch raises becomes torch.cuda.OutOfMemoryError (and
+        # stalloc.OutOfMemoryError) carrying them, from the error a NULL gives as from PyTorch's.
+        for raised in (torch.cuda.OutOfMemoryError("CUDA out of memory"),
+                       RuntimeError("CUDA error: out of memory")):
+            with pytest.raises(torch.cuda.OutOfMemoryError, match="asked 67108864 bytes") as info:
+                with torch_backend.oom_guard():
+                    raise raised
+            assert isinstance(info.value, stalloc.OutOfMemoryError) and "planned" in str(info.value)
+    finally:
+        lib.stalloc_torch_register(0, ffi.NULL)
+        a.close()
+
+
+def test_plug_library_uses_the_throwing_malloc_where_built():
+    from stalloc.integrations import torch_backend
+
+    pytest.importorskip("torch")
+    path, name = torch_backend.plug_library()
+    if torch_backend._shim_path() is None:
+        assert (path, name) == (torch_backend.library_path, "stalloc_torch_malloc")
+        pytest.skip("libstalloc_torch.so was not built (no PyTorch headers at build time)")
+    import ctypes
+
+    assert name == "stalloc_torch_shim_malloc"
+    plug = ctypes.CDLL(path)
+    assert plug[name] and plug["stalloc_torch_free"]  # both names CUDAPluggableAllocator looks up
+    assert plug["stalloc_torch_shim_begin_allocate_to_pool"]
+
+
+def test_capture_is_refused_with_the_setting_that_avoids_it():
+    from stalloc.integrations import torch_backend
+
+    torch = pytest.importorskip("torch")
+    original = torch.cuda.graphs.CUDAGraph.capture_begin
+    torch_backend.refuse_capture()
+    try:
+        with pytest.raises(RuntimeError, match="max-autotune-no-cudagraphs"):
+            torch.cuda.graphs.CUDAGraph.capture_begin(object())
+        with pytest.raises(RuntimeError, match="reduce-overhead"):
+            torch.cuda.CUDAGraph.capture_begin(object(), pool=None)
+    finally:
+        torch_backend.disable()
+    assert torch.cuda.graphs.CUDAGraph.capture_begin is original

@@ -164,6 +164,26 @@ STALLOC_API stalloc_status_t stalloc_allocator_free_sized(stalloc_allocator_t* a
 /* The requested size of a live block; STALLOC_ERR_UNKNOWN_POINTER if ptr is not live. */
 STALLOC_API stalloc_status_t stalloc_allocator_block_size(stalloc_allocator_t* allocator,
                                                           const void* ptr, size_t* size);
+/* The block at ptr is also used by work queued on `stream` (PyTorch's record_stream). When it
+ * is freed, no stream gets its bytes again until the work queued on every such stream before
+ * the free is done (the backend's events; host and virtual memory are synchronous, so their
+ * blocks are reusable at once). Recording the stream it is freed on changes nothing.
+ * STALLOC_ERR_UNKNOWN_POINTER / _DOUBLE_FREE if ptr is not live. */
+STALLOC_API stalloc_status_t stalloc_allocator_record_stream(stalloc_allocator_t* allocator,
+                                                             const void* ptr, uint64_t stream);
+/* The backend allocation that holds the live block at ptr (what cudaIpcGetMemHandle needs):
+ * its base and size. STALLOC_ERR_UNSUPPORTED for blocks of a slab chunk or of a plan pool
+ * mapped granule by granule, which are no single allocation. */
+STALLOC_API stalloc_status_t stalloc_allocator_block_base(stalloc_allocator_t* allocator,
+                                                          const void* ptr, void** base,
+                                                          size_t* size);
+/* Changes the memory limit (bytes the allocator may reserve; 0 = none). Memory already
+ * reserved above a lower limit stays; new segments are refused until it is back under. */
+STALLOC_API stalloc_status_t stalloc_allocator_set_memory_limit(stalloc_allocator_t* allocator,
+                                                                uint64_t bytes);
+/* The total memory of the allocator's device (a GPU's, the host's RAM, the virtual range). */
+STALLOC_API stalloc_status_t stalloc_allocator_device_memory(stalloc_allocator_t* allocator,
+                                                             uint64_t* total);
 /* Returns every cached, unused segment to the backend (as torch.cuda.empty_cache()). */
 STALLOC_API stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* allocator);
 
@@ -191,6 +211,9 @@ typedef struct stalloc_stats {
   uint64_t dynamic_allocs;      /* requests placed in the plan's reusable space */
   uint64_t fallback_allocs;     /* requests served by the fallback pool */
   uint64_t steps;               /* step markers seen */
+  uint64_t deferred_frees;      /* freed blocks held back now until streams recorded with
+                                   stalloc_allocator_record_stream are done with them */
+  uint64_t memory_limit;        /* the limit in force now (0 = none) */
 } stalloc_stats_t;
 
 STALLOC_API void stalloc_stats_init(stalloc_stats_t* stats);
@@ -720,6 +743,28 @@ STALLOC_API void stalloc_torch_free(void* ptr, size_t size, int device, void* st
 STALLOC_API const char* stalloc_torch_last_error(stalloc_status_t* status);
 /* Frees that failed since the process started (double frees, foreign pointers). */
 STALLOC_API uint64_t stalloc_torch_failed_frees(void);
+/* The hooks CUDAPluggableAllocator(...).allocator() takes through set_init_fn, set_reset_fn,
+ * set_memory_fraction_fn, set_base_alloc_fn and set_record_stream_fn, with those signatures.
+ * Failures are kept in stalloc_torch_last_error() and, where PyTorch cannot see them, said on
+ * stderr. */
+/* init_fn(device_count): remembers the count PyTorch reported (stalloc_torch_device_count). */
+STALLOC_API void stalloc_torch_init(int device_count);
+/* The count init received; -1 before PyTorch called it. */
+STALLOC_API int stalloc_torch_device_count(void);
+/* reset_fn (torch.cuda.empty_cache()): every registered allocator returns its cached, unused
+ * segments. */
+STALLOC_API void stalloc_torch_reset(void);
+/* memory_fraction_fn(fraction, device) (torch.cuda.set_per_process_memory_fraction): the
+ * device's allocator may reserve at most fraction x its device's total memory. */
+STALLOC_API void stalloc_torch_set_memory_fraction(double fraction, int device);
+/* base_alloc_fn(ptr, &size): the backend allocation holding the block (for CUDA IPC); NULL and
+ * size 0 when there is none (stalloc_allocator_block_base), so the caller fails loudly. */
+STALLOC_API void* stalloc_torch_base_alloc(void* ptr, size_t* size);
+/* record_stream_fn(ptr, stream) (Tensor.record_stream): stalloc_allocator_record_stream on the
+ * allocator that owns ptr. */
+STALLOC_API void stalloc_torch_record_stream(void* ptr, void* stream);
+/* record_stream calls that failed since the process started (pointer not live). */
+STALLOC_API uint64_t stalloc_torch_failed_record_streams(void);
 
 /* ---------------------------------------------------------------------------------------
  * Epilogue

@@ -40,6 +40,10 @@ typedef struct backend_ops {
   stalloc_status_t (*event_record)(void* state, uint64_t stream, void** event);
   bool (*event_done)(void* state, void* event);
   void (*event_destroy)(void* state, void* event);
+
+  /* Optional: the memory the device has in all (a GPU's total, the host's RAM, the virtual
+   * range); what a memory fraction is a fraction of. */
+  stalloc_status_t (*total_memory)(void* state, uint64_t* total);
 } backend_ops;
 
 /* backend.c: the table for a kind; NULL for a kind not built in. */

@@ -575,6 +575,18 @@ static void cuda_event_destroy(void* state, void* event) {
   free(e);
 }
 
+static stalloc_status_t cuda_total_memory(void* state, uint64_t* total) {
+  cuda_state* s = state;
+  bool pushed;
+  ENTER(s, pushed, "cuMemGetInfo_v2");
+  size_t free_bytes = 0, total_bytes = 0;
+  cu_result r = D.cuMemGetInfo(&free_bytes, &total_bytes);
+  ctx_leave(pushed);
+  if (r != ST_CU_SUCCESS) return fail_cu(r, "cuMemGetInfo_v2 on device %d", s->ordinal);
+  *total = total_bytes;
+  return STALLOC_OK;
+}
+
 const backend_ops st_backend_cuda = {
     .name = "cuda",
     .create = cuda_create,
@@ -588,4 +600,5 @@ const backend_ops st_backend_cuda = {
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_destroy = cuda_event_destroy,
+    .total_memory = cuda_total_memory,
 };

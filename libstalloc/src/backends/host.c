@@ -79,6 +79,14 @@ static stalloc_status_t host_unmap(void* state, void* at, uint64_t size) {
   return STALLOC_OK;
 }
 
+static stalloc_status_t host_total_memory(void* state, uint64_t* total) {
+  host_state* h = state;
+  long pages = sysconf(_SC_PHYS_PAGES);
+  if (pages <= 0) return st_fail(STALLOC_ERR_UNSUPPORTED, "host backend: the system does not say how much RAM it has");
+  *total = (uint64_t)pages * h->page;
+  return STALLOC_OK;
+}
+
 const backend_ops st_backend_host = {
     .name = "host",
     .create = host_create,
@@ -89,4 +97,5 @@ const backend_ops st_backend_host = {
     .release = host_release,
     .map = host_map,
     .unmap = host_unmap,
+    .total_memory = host_total_memory,
 };

@@ -153,6 +153,11 @@ static stalloc_status_t virtual_map(void* state, void* at, uint64_t size) {
   return STALLOC_OK;
 }
 
+static stalloc_status_t virtual_total_memory(void* state, uint64_t* total) {
+  *total = ((virtual_state*)state)->capacity;
+  return STALLOC_OK;
+}
+
 const backend_ops st_backend_virtual = {
     .name = "virtual",
     .create = virtual_create,
@@ -163,4 +168,5 @@ const backend_ops st_backend_virtual = {
     .release = virtual_release,
     .map = virtual_map,
     .unmap = virtual_map,
+    .total_memory = virtual_total_memory,
 };

@@ -97,12 +97,17 @@ stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options, stal
 stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "allocator_destroy: NULL allocator");
   stalloc_status_t s = stalloc_allocator_record_stop(a);
-  for (size_t i = 0; i < a->live.capacity; i++)
-    if (a->live.slots[i].key) free((live_block*)(uintptr_t)a->live.slots[i].value);
+  for (size_t i = 0; i < a->live.capacity; i++) {
+    if (!a->live.slots[i].key) continue;
+    live_block* r = (live_block*)(uintptr_t)a->live.slots[i].value;
+    free(r->used_on);
+    free(r);
+  }
   for (live_block *r = a->spare_records, *next; r; r = next) {
     next = r->next_spare;
     free(r);
   }
+  st_deferred_destroy(&a->deferred, a->ops, a->backend); /* their blocks go with the pools */
   u64map_destroy(&a->live);
   st_online_destroy(a->online);
   for (size_t i = 0; i < a->retired_count; i++) st_runtime_destroy(a->retired[i]);
@@ -117,14 +122,19 @@ stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
   return s;
 }
 
+static void collect_deferred(stalloc_allocator_t* a);
+
 static live_block* new_record(stalloc_allocator_t* a) {
   live_block* r = a->spare_records;
   if (r) a->spare_records = r->next_spare;
   else r = malloc(sizeof *r);
+  if (r) *r = (live_block){0}; /* a record dropped unused must not free a stale used_on */
   return r;
 }
 
 static void drop_record(stalloc_allocator_t* a, live_block* r) {
+  free(r->used_on);
+  r->used_on = NULL;
   r->next_spare = a->spare_records;
   a->spare_records = r;
 }
@@ -193,6 +203,7 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "alloc: device %d, but this allocator serves device %d",
                    (int)device, (int)a->options.device);
   LOCK(a);
+  if (a->deferred.head) collect_deferred(a);
   live_block* r = new_record(a);
   stalloc_status_t s;
   if (!r || !u64map_reserve(&a->live, a->live.count + 1)) {
@@ -208,8 +219,7 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
     } else {
       *r = (live_block){.ptr = p, .size = size, .id = a->next_id++, .stream = stream,
                         .recording = a->recorder ? a->recording : 0, .device = (int16_t)device,
-                        .origin = origin, .handle = handle,
-                        .runtime = origin == ORIGIN_PLAN ? a->runtime : NULL};
+                        .origin = origin, .handle = handle};
       u64map_put(&a->live, (uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)r);
       count_alloc(a, size);
       st_record_event(a, STALLOC_EVENT_ALLOC, r->id, size, p, stream, device, 0);
@@ -227,9 +237,11 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
     strncpy(detail, stalloc_last_error(), sizeof detail - 1);
     detail[sizeof detail - 1] = '\0';
     uint64_t reserved = a->budget.reserved, allocated = a->stats.allocated_bytes;
+    uint64_t planned = a->runtime ? st_runtime_pool_size(a->runtime) : 0;
     UNLOCK(a);
-    return st_fail(s, "out of memory: asked %zu bytes with %llu allocated and %llu reserved (%s)", size,
-                   (unsigned long long)allocated, (unsigned long long)reserved, detail);
+    return st_fail(s, "out of memory: asked %zu bytes with %llu allocated, %llu reserved and %llu planned (%s)",
+                   size, (unsigned long long)allocated, (unsigned long long)reserved,
+                   (unsigned long long)planned, detail);
   }
   UNLOCK(a);
   return s;
@@ -259,16 +271,45 @@ static void retire_if_idle(stalloc_allocator_t* a, st_runtime* rt) {
     }
 }
 
+/* Gives a freed block back to the pool it came from. Lock held. */
+static void release_to_pool(void* arg, uint8_t origin, void* handle, uint64_t stream) {
+  stalloc_allocator_t* a = arg;
+  switch (origin) {
+    case ORIGIN_PLAN: { /* its pool may be a replaced plan's */
+      st_runtime* rt = st_runtime_of(handle);
+      st_runtime_free(rt, handle, stream);
+      retire_if_idle(a, rt);
+      break;
+    }
+    case ORIGIN_SLAB: st_slab_free(a->slab, handle, stream); break;
+    case ORIGIN_ARENA: st_arena_free(a->arena, handle, stream); break;
+    default: st_fallback_free(a->fallback, handle, stream); break;
+  }
+}
+
+/* Frees held back for record_stream whose streams are done go to their pools. Lock held. */
+static void collect_deferred(stalloc_allocator_t* a) {
+  st_deferred_collect(&a->deferred, a->ops, a->backend, release_to_pool, a);
+}
+
+/* The streams other than the freeing one that the block was recorded on, compacted in place. */
+static uint32_t other_streams(live_block* r, uint64_t stream) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < r->used_on_count; i++)
+    if (r->used_on[i] != stream) r->used_on[n++] = r->used_on[i];
+  return n;
+}
+
 static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream) {
   u64map_remove(&a->live, (uint64_t)(uintptr_t)r->ptr, NULL);
-  switch (r->origin) {
-    case ORIGIN_PLAN:
-      st_runtime_free(r->runtime, r->handle, stream);
-      retire_if_idle(a, r->runtime);
-      break;
-    case ORIGIN_SLAB: st_slab_free(a->slab, r->handle, stream); break;
-    case ORIGIN_ARENA: st_arena_free(a->arena, r->handle, stream); break;
-    default: st_fallback_free(a->fallback, r->handle, stream); break;
+  uint32_t others = a->ops->event_record ? other_streams(r, stream) : 0;
+  if (others == 0) {
+    release_to_pool(a, r->origin, r->handle, stream);
+  } else if (st_deferred_add(&a->deferred, a->ops, a->backend, r->origin, r->handle, stream,
+                             r->used_on, others) != STALLOC_OK) {
+    /* No host memory to wait for the other streams: the block is never reused (its bytes
+     * return with the pool), which is safe where reusing it might not be. */
+    st_clear_error();
   }
   a->freed[a->freed_next] = (uintptr_t)r->ptr;
   a->freed_next = (a->freed_next + 1) % FREED_RING;
@@ -323,9 +364,78 @@ stalloc_status_t stalloc_allocator_block_size(stalloc_allocator_t* a, const void
   return s;
 }
 
+stalloc_status_t stalloc_allocator_record_stream(stalloc_allocator_t* a, const void* ptr, uint64_t stream) {
+  if (!a || !ptr) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "record_stream: NULL argument");
+  LOCK(a);
+  live_block* r = NULL;
+  stalloc_status_t s = find_live(a, ptr, "record_stream", &r);
+  bool known = false;
+  for (uint32_t i = 0; !s && i < r->used_on_count; i++) known |= r->used_on[i] == stream;
+  if (!s && !known && stream != r->stream) {
+    if (r->used_on_count == r->used_on_cap) {
+      uint32_t cap = r->used_on_cap ? 2 * r->used_on_cap : 2;
+      uint64_t* grown = realloc(r->used_on, cap * sizeof *grown);
+      if (!grown) {
+        s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "record_stream: no host memory");
+      } else {
+        r->used_on = grown;
+        r->used_on_cap = cap;
+      }
+    }
+    if (!s) r->used_on[r->used_on_count++] = stream;
+  }
+  UNLOCK(a);
+  return s;
+}
+
+stalloc_status_t stalloc_allocator_block_base(stalloc_allocator_t* a, const void* ptr, void** base,
+                                              size_t* size) {
+  if (!a || !base || !size) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "block_base: NULL argument");
+  LOCK(a);
+  live_block* r = NULL;
+  stalloc_status_t s = find_live(a, ptr, "block_base", &r);
+  void* b = NULL;
+  uint64_t n = 0;
+  if (!s) {
+    if (r->origin == ORIGIN_FALLBACK) st_fallback_block_segment(r->handle, &b, &n);
+    else if (r->origin == ORIGIN_PLAN) st_runtime_pool_allocation(st_runtime_of(r->handle), &b, &n);
+    if (!b)
+      s = st_fail(STALLOC_ERR_UNSUPPORTED, "block_base: %p lies in %s, which is not one backend allocation",
+                  ptr, r->origin == ORIGIN_PLAN ? "the plan's pool mapped granule by granule" :
+                       r->origin == ORIGIN_ARENA ? "the growable pool, mapped granule by granule" : "a slab chunk");
+  }
+  UNLOCK(a);
+  if (!s) {
+    *base = b;
+    *size = (size_t)n;
+  }
+  return s;
+}
+
+stalloc_status_t stalloc_allocator_set_memory_limit(stalloc_allocator_t* a, uint64_t bytes) {
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "set_memory_limit: NULL allocator");
+  LOCK(a);
+  a->budget.limit = bytes;
+  a->options.memory_limit = bytes;
+  UNLOCK(a);
+  return STALLOC_OK;
+}
+
+stalloc_status_t stalloc_allocator_device_memory(stalloc_allocator_t* a, uint64_t* total) {
+  if (!a || !total) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "device_memory: NULL argument");
+  if (!a->ops->total_memory)
+    return st_fail(STALLOC_ERR_UNSUPPORTED, "device_memory: the %s backend does not know its total memory",
+                   a->ops->name);
+  LOCK(a);
+  stalloc_status_t s = a->ops->total_memory(a->backend, total);
+  UNLOCK(a);
+  return s;
+}
+
 stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* a) {
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "release_cached: NULL allocator");
   LOCK(a);
+  collect_deferred(a);
   st_fallback_release_cached(a->fallback);
   if (a->arena) st_arena_trim(a->arena);
   UNLOCK(a);
@@ -364,6 +474,8 @@ stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* a, stalloc_stats_t
   s.segment_count = a->budget.segments;
   s.backend_allocs = a->budget.backend_allocs;
   s.backend_frees = a->budget.backend_frees;
+  s.deferred_frees = a->deferred.count;
+  s.memory_limit = a->budget.limit;
   st_runtime_counters c = runtime_counters(a);
   s.plan_hits = c.hits;
   s.plan_misses = c.misses;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "runtime/arena.h"
+#include "runtime/deferred.h"
 #include "runtime/fallback.h"
 #include "runtime/online.h"
 #include "runtime/runtime.h"
@@ -31,7 +32,8 @@ typedef struct live_block {
   int16_t device;
   uint8_t origin;     /* block_origin */
   void* handle;       /* the pool's own record, by origin */
-  st_runtime* runtime; /* ORIGIN_PLAN: the pool it lies in (a replaced plan's, until freed) */
+  uint64_t* used_on;  /* other streams the block is used on (record_stream); NULL if none */
+  uint32_t used_on_count, used_on_cap;
   struct live_block* next_spare;
 } live_block;
 
@@ -54,6 +56,8 @@ struct stalloc_allocator {
   live_block* spare_records;
   uintptr_t freed[FREED_RING];
   size_t freed_next;
+
+  st_deferred_list deferred; /* frees waiting for the streams of record_stream */
 
   stalloc_stats_t stats;    /* the allocated/count/plan fields; reserved comes from budget */
   uint64_t next_id;

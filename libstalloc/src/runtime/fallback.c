@@ -356,6 +356,11 @@ static void absorb(st_fallback* p, st_block* keep, st_block* victim, bool victim
   drop_block(p, victim);
 }
 
+void st_fallback_block_segment(const st_block* b, void** base, uint64_t* size) {
+  *base = b->segment->base;
+  *size = b->segment->size;
+}
+
 void st_fallback_free(st_fallback* p, st_block* b, uint64_t stream) {
   b->is_free = true;
   b->stream = stream;

@@ -19,6 +19,8 @@ stalloc_status_t st_fallback_alloc(st_fallback* pool, uint64_t size, uint64_t st
                                    st_block** block);
 /* Frees a live block; stream is where its last use was queued. */
 void st_fallback_free(st_fallback* pool, st_block* block, uint64_t stream);
+/* The backend allocation (segment) that holds a block. */
+void st_fallback_block_segment(const st_block* block, void** base, uint64_t* size);
 /* With a plan loaded, the pool only serves the few requests the plan missed: segments of the
  * request's own size (granularity-rounded) waste less than cached 2 or 20 MiB ones, and idle
  * segments too small for a request are given back before a new one is made. */

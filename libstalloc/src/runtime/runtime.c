@@ -43,6 +43,7 @@ struct st_range_node {
   uint64_t stream;
   void* event;
   st_range_node *pnext, *pprev; /* pending list (oldest first); pnext also links spares */
+  st_runtime* owner;            /* a replaced plan's pool lives on until its blocks are freed */
 };
 
 struct st_runtime {
@@ -152,7 +153,7 @@ static st_range_node* node_new(st_runtime* rt, uint64_t start, uint64_t end, uin
   else if (!(n = malloc(sizeof *n))) return NULL;
   rt->rng = rt->rng * 1664525u + 1013904223u;
   *n = (st_range_node){.start = start, .end = end, .max_end = end, .prio = rt->rng,
-                       .state = NODE_LIVE, .stream = stream};
+                       .state = NODE_LIVE, .stream = stream, .owner = rt};
   rt->root = tr_insert(rt->root, n);
   rt->nodes++;
   return n;
@@ -617,6 +618,8 @@ void st_runtime_step(st_runtime* rt) {
   rt->c.resyncs++;
 }
 
+st_runtime* st_runtime_of(const st_range_node* node) { return node->owner; }
+
 bool st_runtime_idle(st_runtime* rt) {
   while (rt->pending_head && event_done(rt, rt->pending_head)) node_drop(rt, rt->pending_head);
   return rt->nodes == 0;
@@ -625,5 +628,10 @@ bool st_runtime_idle(st_runtime* rt) {
 const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt) { return &rt->c; }
 
 void st_runtime_reset_counters(st_runtime* rt) { memset(&rt->c, 0, sizeof rt->c); }
+
+void st_runtime_pool_allocation(const st_runtime* rt, void** base, uint64_t* size) {
+  *base = rt->pool_mapped ? NULL : rt->base;
+  *size = rt->pool_mapped ? 0 : rt->pool_size;
+}
 
 uint64_t st_runtime_pool_size(const st_runtime* rt) { return rt->pool_size; }

@@ -44,8 +44,13 @@ void st_runtime_step(st_runtime* rt);
 /* True when no block of the pool is live or waiting for its stream (a replaced plan's pool
  * is given back then). */
 bool st_runtime_idle(st_runtime* rt);
+/* The runtime whose pool holds a block. */
+st_runtime* st_runtime_of(const st_range_node* node);
 const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt);
 void st_runtime_reset_counters(st_runtime* rt);
 uint64_t st_runtime_pool_size(const st_runtime* rt);
+/* The pool as one backend allocation (base, size); *base = NULL when it was reserved and
+ * mapped granule by granule, which is not one allocation. */
+void st_runtime_pool_allocation(const st_runtime* rt, void** base, uint64_t* size);
 
 #endif

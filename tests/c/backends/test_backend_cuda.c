@@ -1,8 +1,8 @@
 /* test_backend_cuda.c - the cuda backend without a GPU: no driver, a library that is not a
  * driver, and the whole backend logic through the public allocator API over a mock driver
  * (tests/c/mock_cuda_driver.c): contexts and devices, OOM, driver errors with their messages,
- * stream-ordered reuse with events that complete when the test says so, the growable path on
- * and off. The driver is loaded once per process, so each case runs in a forked child.
+ * stream-ordered reuse with events that complete when the test says so, record_stream's
+ * held-back frees, the device's total memory, the growable path on and off. The driver is loaded once per process, so each case runs in a forked child.
  * Where a real cuda.h is found at build time, cuda_driver.h's layouts are checked against it. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -406,6 +406,87 @@ static void case_stream_order(void) {
   check_all_returned();
 }
 
+/* record_stream: a block also used on stream B is reused by nobody, not even its own stream A,
+ * until B's work queued before the free is done. */
+static void case_record_stream(void) {
+  use_default_mock();
+  stalloc_allocator_t* a = make(0, 0, 0);
+  void* A = (void*)0x1000;
+  void* B = (void*)0x2000;
+  void* C = (void*)0x3000;
+  const size_t size = 8 * MiB;
+  void* p;
+  CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)A, &p));
+  CHECK_OK(stalloc_allocator_record_stream(a, p, (uintptr_t)B));
+  CHECK_OK(stalloc_allocator_record_stream(a, p, (uintptr_t)B)); /* twice: one entry */
+  CHECK_OK(stalloc_allocator_record_stream(a, p, (uintptr_t)A)); /* its own stream: nothing */
+  mock_launch(B); /* B still reads p */
+  CHECK_OK(stalloc_allocator_free_sized(a, p, size, 0, (uintptr_t)A));
+  CHECK(stats_of(a).deferred_frees == 1);
+  CHECK(stats_of(a).allocated_bytes == 0); /* freed for the caller; held back from reuse */
+  CHECK_STATUS(stalloc_allocator_free_sized(a, p, size, 0, (uintptr_t)A), STALLOC_ERR_DOUBLE_FREE);
+  void* q[3];
+  void* on[3] = {A, B, C};
+  for (int i = 0; i < 3; i++) { /* no stream gets a byte of p while B is busy */
+    CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)on[i], &q[i]));
+    CHECK(!((char*)q[i] < (char*)p + size && (char*)p < (char*)q[i] + size));
+  }
+  CHECK(mock_pending(B) == 1); /* and nobody waited for B */
+  for (int i = 0; i < 3; i++) CHECK_OK(stalloc_allocator_free_sized(a, q[i], size, 0, (uintptr_t)on[i]));
+  mock_finish(B);
+  void* again;
+  CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)A, &again));
+  CHECK(stats_of(a).deferred_frees == 0);
+  bool got_p = again == p;
+  void* more[8];
+  int n = 0;
+  while (!got_p && n < 8) { /* p is back in the pool: some alloc of its size on A gets it */
+    CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)A, &more[n]));
+    got_p = more[n++] == p;
+  }
+  CHECK(got_p);
+  for (int i = 0; i < n; i++) CHECK_OK(stalloc_allocator_free(a, more[i]));
+  CHECK_OK(stalloc_allocator_free(a, again));
+
+  /* A side stream that finished before the free holds nothing back for long. */
+  CHECK_OK(stalloc_allocator_alloc(a, 4096, 0, (uintptr_t)A, &p));
+  CHECK_OK(stalloc_allocator_record_stream(a, p, (uintptr_t)C));
+  CHECK_OK(stalloc_allocator_free(a, p));
+  CHECK_OK(stalloc_allocator_alloc(a, 4096, 0, (uintptr_t)A, &again));
+  CHECK(stats_of(a).deferred_frees == 0);
+  CHECK_OK(stalloc_allocator_free(a, again));
+
+  CHECK_STATUS(stalloc_allocator_record_stream(a, (void*)0x12345, (uintptr_t)B), STALLOC_ERR_UNKNOWN_POINTER);
+  /* Destroyed while a free is still held back: its event is given back too. */
+  CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)A, &p));
+  CHECK_OK(stalloc_allocator_record_stream(a, p, (uintptr_t)B));
+  mock_launch(B);
+  CHECK_OK(stalloc_allocator_free(a, p));
+  CHECK(stats_of(a).deferred_frees == 1);
+  mock_finish(B);
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
+/* The device's total memory, which a memory fraction is a fraction of. */
+static void case_device_memory(void) {
+  use_default_mock();
+  mock_set_capacity(96 * MiB);
+  stalloc_allocator_t* a = make(0, 0, 0);
+  uint64_t total = 0;
+  CHECK_OK(stalloc_allocator_device_memory(a, &total));
+  CHECK(total == 96 * MiB);
+  CHECK_OK(stalloc_allocator_set_memory_limit(a, 30 * MiB));
+  void* p;
+  CHECK_STATUS(stalloc_allocator_alloc(a, 40 * MiB, 0, 0, &p), STALLOC_ERR_OUT_OF_MEMORY);
+  CHECK(contains(stalloc_last_error(), "planned"));
+  CHECK_OK(stalloc_allocator_set_memory_limit(a, 0));
+  CHECK_OK(stalloc_allocator_alloc(a, 40 * MiB, 0, 0, &p));
+  CHECK_OK(stalloc_allocator_free(a, p));
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
 /* A failed cuEventQuery or cuEventRecord never lets another stream in early: the backend waits. */
 static void case_event_errors(void) {
   use_default_mock();
@@ -719,6 +800,8 @@ int main(void) {
   CASE(case_driver_errors);
   CASE(case_alignment);
   CASE(case_stream_order);
+  CASE(case_record_stream);
+  CASE(case_device_memory);
   CASE(case_event_errors);
   CASE(case_threads_and_devices);
   CASE(case_plan_mode_vmm);

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU check kit, one command: installs stalloc from the wheel and the carried cffi/pycparser
+# wheels in scripts/gpu/wheels/ (scripts/gpu/prepare.sh, no index needed) into a fresh virtual
+# environment that sees the machine's torch and transformers, then runs every check
+# (scripts/gpu/run_all.py) and writes results.json and results.md to $OUT (default ./gpu-results).
+# Without a GPU the same install route runs and each check runs its CPU-visible part and says it
+# was skipped for want of a device.
+#   bash scripts/gpu/prepare.sh     # where packages can be downloaded
+#   bash scripts/gpu/run_all.sh     # on the GPU machine
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+PYTHON=${PYTHON:-python3}
+OUT=${OUT:-$PWD/gpu-results}
+VENV=${KIT_VENV:-$REPO/.venv-gpu-kit}
+WHEELS="$HERE/wheels"
+mkdir -p "$OUT"
+if ! ls "$WHEELS"/cffi-*.whl "$WHEELS"/pycparser-*.whl >/dev/null 2>&1; then
+  echo "run_all.sh: no cffi/pycparser wheels in $WHEELS: run scripts/gpu/prepare.sh first" >&2
+  exit 2
+fi
+echo "== virtual environment $VENV (system site packages: the machine's torch, transformers)"
+rm -rf "$VENV"
+"$PYTHON" -m venv --system-site-packages "$VENV"
+PY="$VENV/bin/python"
+if [ -n "${KIT_SITE:-}" ]; then
+  # Another environment's packages (CI: the test venv's torch), after the kit's own.
+  "$PY" -c 'import sys, sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "kit_site.pth").write_text(sys.argv[1] + "\n")' "$KIT_SITE"
+fi
+echo "== install from the carried wheels (pip --no-index)"
+"$PY" -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELS" cffi pycparser
+wheel=$(ls "$WHEELS"/stalloc-*.whl 2>/dev/null | head -1 || true)
+has_shim() { "$PY" -c 'import sys, zipfile; sys.exit(not any(n.endswith("libstalloc_torch.so") for n in zipfile.ZipFile(sys.argv[1]).namelist()))' "$1"; }
+if [ -z "$wheel" ] || { ! has_shim "$wheel" && "$PY" -c 'import torch' 2>/dev/null; }; then
+  # No carried wheel, or one built without PyTorch's headers while this machine has torch:
+  # build here (scikit-build-core, cmake and ninja are on the machine), so the wheel holds
+  # libstalloc_torch.so (typed OOM, capture refusal) compiled against this PyTorch.
+  echo "== building the stalloc wheel here against this machine's PyTorch"
+  "$PY" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps --no-index \
+    -C build-dir="$REPO/build/gpu-kit" -w "$OUT/wheel" "$REPO"
+  wheel=$(ls "$OUT"/wheel/stalloc-*.whl | head -1)
+fi
+echo "== stalloc from $(basename "$wheel")"
+"$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --force-reinstall "$wheel"
+echo "== checks"
+cd "$OUT"
+exec "$PY" "$HERE/run_all.py" --out "$OUT"
