@@ -373,8 +373,8 @@ nomem:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
 }
 
-/* A large partition (over GREEDY_MAX items) with time to spare, first by peeling off what
- * lives to its end (place_peel.c) within `share` seconds, then, while it is above its bound
+/* A large partition (over GREEDY_MAX items) with time to spare until `until`: for the first
+ * half, by peeling off what lives to its end (place_peel.c); then, while it is above its bound
  * and up to GREEDY_BIG items, with greedy orderings (not by section total: too costly to key
  * here), each only if the last one's duration still fits before `until`. */
 static stalloc_status_t improve_big(placer* p, part* q, double until) {
@@ -395,8 +395,10 @@ static stalloc_status_t improve_big(placer* p, part* q, double until) {
        * chaining the steps), each with half the share while the bound is not met */
       uint32_t span = q->thi - q->tlo;
       uint32_t min_lens[2] = {0, span / 8 ? span / 8 : 1};
+      /* peeling gets the first half; the greedy orderings below keep the second */
+      double peel_until = st_now() + (until - st_now()) / 2;
       for (int a = 0; a < 2 && q->peak > q->lb; a++) {
-        double t = st_now(), left = until - t;
+        double t = st_now(), left = peel_until - t;
         if (left <= 0 || st_cancel_requested(p->cancel)) break;
         uint64_t pk = 0;
         bool found = st_place_peel(lo, hi, size, m, min_lens[a], p->align,
