@@ -27,6 +27,9 @@
 #define GREEDY_BIG 32768
 /* Partitions up to this many items (and without fixed items) get the exact search. */
 #define SEARCH_MAX 8000
+/* Partitions up to this many items get peeling (place_peel.c): its first-fit of the long
+ * items and its group floors are quadratic in the worst case and do not watch the clock. */
+#define PEEL_MAX 200000
 
 static uint64_t round_up(uint64_t x, uint64_t a) {
   if (a <= 1) return x;
@@ -379,7 +382,7 @@ nomem:
  * here), each only if the last one's duration still fits before `until`. */
 static stalloc_status_t improve_big(placer* p, part* q, double until) {
   size_t m = q->e - q->b;
-  if (!q->has_fixed && q->peak > q->lb) {
+  if (!q->has_fixed && q->peak > q->lb && m <= PEEL_MAX) {
     uint32_t* lo = malloc(m * sizeof(uint32_t));
     uint32_t* hi = malloc(m * sizeof(uint32_t));
     uint64_t* size = malloc(m * sizeof(uint64_t));
