@@ -29,6 +29,15 @@ Variants (``--variants``):
              (stage 0: F0 F1 B0 F2 B1 F3 B2 B3, stage 1: F0 B0 F1 B1 ...),
              stage outputs detached at the boundary and the backward of
              stage 0 driven by torch.autograd.backward(output, grad)
+Pipeline variants (run_pipeline; 1f1b above is the one with 4 micro-batches):
+  1f1b_m8         as 1f1b with 8 micro-batches per optimizer step
+  1f1b_vpp        interleaved 1F1B (virtual pipeline): the layers split into
+                  4 model chunks, 2 per stage (stage s holds chunks s and
+                  s + 2), 4 micro-batches in Megatron-LM's interleaved order
+  1f1b_recompute  as 1f1b with activation checkpointing of every layer
+The schedule runs in one process: a forward keeps its output (and with it the
+graph) until that micro-batch's backward, so the allocation order is the real
+one of the pipeline stages interleaved clock tick by clock tick.
 
 Example: python3 tools/make_traces.py --small --out tests/data/traces
 """
@@ -58,7 +67,7 @@ warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ("llama", "gpt2", "mixtral")
-VARIANTS = ("plain", "recompute", "accum", "1f1b")
+VARIANTS = ("plain", "recompute", "accum", "1f1b", "1f1b_m8", "1f1b_vpp", "1f1b_recompute")
 
 
 def _load_importer():
@@ -208,12 +217,146 @@ def one_f_one_b(stages: TwoStages, batches, nstages: int = 2):
             raise RuntimeError("1F1B schedule deadlocked")
 
 
+# ---- pipeline schedules (1F1B with more micro-batches, interleaved, recomputation) ----------
+
+# variant -> (micro-batches per optimizer step, stages, model chunks per stage, recompute)
+PIPELINE_VARIANTS = {
+    "1f1b_m8": (8, 2, 1, False),
+    "1f1b_vpp": (4, 2, 2, False),
+    "1f1b_recompute": (4, 2, 1, True),
+}
+
+
+class Chunks(TwoStages):
+    """The model's layers split into `n` consecutive chunks; chunk 0 also embeds, the last
+    one also normalizes, projects to the vocabulary and takes the loss."""
+
+    def __init__(self, name: str, model, n: int):
+        super().__init__(name, model)
+        per, extra = divmod(len(self.blocks), n)
+        self.bounds, b = [], 0
+        for c in range(n):
+            e = b + per + (1 if c < extra else 0)
+            self.bounds.append((b, e))
+            b = e
+        self.n = n
+
+    def forward(self, c: int, x, labels):
+        b, e = self.bounds[c]
+        if c == 0:
+            if self.name == "gpt2":
+                h = self.body.wte(x)
+                ctx = self._ctx(h)
+                h = self.body.drop(h + self.body.wpe(ctx[0]))
+            else:
+                h = self.body.embed_tokens(x)
+                ctx = self._ctx(h)
+        else:
+            h, ctx = x, self._ctx(x)
+        h = self._layers(h, self.blocks[b:e], ctx)
+        if c < self.n - 1:
+            return h
+        h = self.body.ln_f(h) if self.name == "gpt2" else self.body.norm(h)
+        logits = self.model.lm_head(h)
+        return self.model.loss_function(logits=logits, labels=labels,
+                                        vocab_size=self.model.config.vocab_size)
+
+
+def pipeline_orders(nstages: int, chunks: int, m: int):
+    """Per stage, its ops ("F" or "B", global chunk, micro-batch) in execution order: plain
+    1F1B for one chunk per stage; Megatron-LM's interleaved schedule otherwise (forwards go
+    through the stage's chunks in groups of `nstages` micro-batches, backwards through them
+    in reverse; warm-up of (nstages - s - 1) * 2 + (chunks - 1) * nstages forwards)."""
+    orders = []
+    total = m * chunks
+    for s in range(nstages):
+        if chunks == 1:
+            warm = min(nstages - s - 1, m)
+        else:
+            warm = min((nstages - s - 1) * 2 + (chunks - 1) * nstages, total)
+
+        def op(kind, k, s=s):
+            c = (k // nstages) % chunks
+            if kind == "B":
+                c = chunks - 1 - c
+            mb = (k // (nstages * chunks)) * nstages + k % nstages
+            return (kind, c * nstages + s, mb)
+        ops = [op("F", k) for k in range(warm)]
+        for i in range(total - warm):
+            ops.append(op("F", warm + i))
+            ops.append(op("B", i))
+        ops += [op("B", k) for k in range(total - warm, total)]
+        orders.append(ops)
+    return orders
+
+
+def run_pipeline(chunks: Chunks, batches, nstages: int):
+    """Runs the forward/backward ops of every stage clock tick by clock tick: in each tick every
+    stage whose next op has its input (the previous chunk's forward, or the next chunk's
+    backward) runs it. Chunk outputs are detached at chunk boundaries ("sent") and a chunk's
+    backward is driven by torch.autograd.backward(output, grad of the next chunk's input)."""
+    m, last = len(batches), chunks.n - 1
+    orders = pipeline_orders(nstages, chunks.n // nstages, m)
+    out, inp, done = {}, {}, set()
+    pos = [0] * nstages
+    while any(pos[s] < len(orders[s]) for s in range(nstages)):
+        progressed = False
+        for s in range(nstages):
+            if pos[s] >= len(orders[s]):
+                continue
+            kind, c, i = orders[s][pos[s]]
+            ids, labels = batches[i]
+            if kind == "F":
+                if c > 0 and ("F", c - 1, i) not in done:
+                    continue
+                x = ids
+                if c > 0:
+                    x = inp[(c, i)] = out[(c - 1, i)].detach().requires_grad_()
+                y = chunks.forward(c, x, labels)
+                out[(c, i)] = y / m if c == last else y
+            else:
+                if c < last and ("B", c + 1, i) not in done:
+                    continue
+                y = out.pop((c, i))
+                if c == last:
+                    y.backward()
+                else:
+                    x = inp.pop((c + 1, i))
+                    torch.autograd.backward(y, grad_tensors=x.grad)
+                    del x
+                del y
+            done.add((kind, c, i))
+            pos[s] += 1
+            progressed = True
+        if not progressed:
+            raise RuntimeError("pipeline schedule deadlocked")
+
+
+def enable_recompute(model):
+    kw = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+
+
+def pipeline_runner(name: str, model, variant: str):
+    """The callable running one optimizer step's micro-batches of a pipeline variant."""
+    _, nstages, per_stage, recompute = PIPELINE_VARIANTS[variant]
+    if recompute:
+        enable_recompute(model)
+    chunks = Chunks(name, model, nstages * per_stage)
+    return lambda batches: run_pipeline(chunks, batches, nstages)
+
+
 def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
            keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager") -> dict:
     from torch.profiler import ProfilerActivity, profile, schedule
     torch.manual_seed(seed)
     s = sizes(small)
-    micro = {"plain": 1, "recompute": 1, "accum": 2, "1f1b": 4}[variant]
+    micro = {"plain": 1, "recompute": 1, "accum": 2, "1f1b": 4}.get(variant)
+    if variant in PIPELINE_VARIANTS:
+        micro = PIPELINE_VARIANTS[variant][0]
     gen = torch.Generator().manual_seed(seed + 1)
     tag = f"{name}_{variant}"
     tmp = tempfile.mkdtemp(prefix="stalloc_trace_")
@@ -231,6 +374,7 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
         stages = TwoStages(name, model) if variant == "1f1b" else None
+        runner = pipeline_runner(name, model, variant) if variant in PIPELINE_VARIANTS else None
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         prof.step()  # end of ProfilerStep#0 (construction)
         for _ in range(steps):
@@ -238,7 +382,9 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
             for _ in range(micro):
                 ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen)
                 batches.append((ids, ids))
-            if stages is not None:
+            if runner is not None:
+                runner(batches)
+            elif stages is not None:
                 one_f_one_b(stages, batches)
             else:
                 for ids, labels in batches:

@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 
+#include "plan/place_peel.h"
 #include "plan/place_search.h"
 
 /* Partitions up to this many items get every greedy ordering (quadratic each). */
@@ -26,7 +27,10 @@
  * given, as many as fit before the deadline (each is quadratic). */
 #define GREEDY_BIG 32768
 /* Partitions up to this many items (and without fixed items) get the exact search. */
-#define SEARCH_MAX 2000
+#define SEARCH_MAX 8000
+/* Partitions up to this many items get peeling (place_peel.c): its first-fit of the long
+ * items and its group floors are quadratic in the worst case and do not watch the clock. */
+#define PEEL_MAX 200000
 
 static uint64_t round_up(uint64_t x, uint64_t a) {
   if (a <= 1) return x;
@@ -345,25 +349,6 @@ static stalloc_status_t construct(placer* p, part* q) {
     if (st) return st;
     memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
     p->res->orderings_tried++;
-    if (m > GREEDY_BIG || !(p->deadline > 0)) return STALLOC_OK;
-    /* Time allows: greedy orderings too (not by section total: too costly to key here),
-     * each only if the last one's duration still fits before the deadline. */
-    double last = 0;
-    for (int how = 0; how < ORD_COUNT; how++) {
-      if (how == ORD_TOTAL) continue;
-      if (!make_order(p, q->b, q->e, how, NULL)) goto nomem;
-      for (int bf = 0; bf < 2; bf++) {
-        double t = st_now();
-        if (t + last >= p->deadline || st_cancel_requested(p->cancel)) return STALLOC_OK;
-        uint64_t pk = greedy(p, m, bf);
-        last = st_now() - t;
-        p->res->orderings_tried++;
-        if (pk < q->peak) {
-          q->peak = pk;
-          memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
-        }
-      }
-    }
     return STALLOC_OK;
   }
   uint64_t* item_max = malloc(m * sizeof(uint64_t));
@@ -387,6 +372,70 @@ static stalloc_status_t construct(placer* p, part* q) {
     }
   }
   free(item_max);
+  return STALLOC_OK;
+nomem:
+  return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
+}
+
+/* A large partition (over GREEDY_MAX items) with time to spare until `until`: for the first
+ * half, by peeling off what lives to its end (place_peel.c); then, while it is above its bound
+ * and up to GREEDY_BIG items, with greedy orderings (not by section total: too costly to key
+ * here), each only if the last one's duration still fits before `until`. */
+static stalloc_status_t improve_big(placer* p, part* q, double until) {
+  size_t m = q->e - q->b;
+  if (!q->has_fixed && q->peak > q->lb && m <= PEEL_MAX) {
+    uint32_t* lo = malloc(m * sizeof(uint32_t));
+    uint32_t* hi = malloc(m * sizeof(uint32_t));
+    uint64_t* size = malloc(m * sizeof(uint64_t));
+    uint64_t* off = malloc(m * sizeof(uint64_t));
+    bool have = lo && hi && size && off;
+    if (have) {
+      for (size_t j = 0; j < m; j++) {
+        lo[j] = p->it[q->b + j].lo - q->tlo;
+        hi[j] = p->it[q->b + j].hi - q->tlo;
+        size[j] = p->it[q->b + j].size;
+      }
+      /* what lives to the end, then also what lives an eighth of the span or more (items
+       * chaining the steps), each with half the share while the bound is not met */
+      uint32_t span = q->thi - q->tlo;
+      uint32_t min_lens[2] = {0, span / 8 ? span / 8 : 1};
+      /* peeling gets the first half; the greedy orderings below keep the second */
+      double peel_until = st_now() + (until - st_now()) / 2;
+      for (int a = 0; a < 2 && q->peak > q->lb; a++) {
+        double t = st_now(), left = peel_until - t;
+        if (left <= 0 || st_cancel_requested(p->cancel)) break;
+        uint64_t pk = 0;
+        bool found = st_place_peel(lo, hi, size, m, min_lens[a], p->align,
+                                   a == 0 ? left / 2 : left, p->cancel, off, &pk);
+        p->res->orderings_tried++;
+        if (found && pk < q->peak) {
+          q->peak = pk;
+          memcpy(p->off + q->b, off, m * sizeof(uint64_t));
+        }
+      }
+    }
+    free(lo); free(hi); free(size); free(off);
+    if (!have)
+      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
+  }
+  if (m > GREEDY_BIG || q->peak <= q->lb) return STALLOC_OK;
+  double last = 0;
+  for (int how = 0; how < ORD_COUNT; how++) {
+    if (how == ORD_TOTAL) continue;
+    if (!make_order(p, q->b, q->e, how, NULL)) goto nomem;
+    for (int bf = 0; bf < 2; bf++) {
+      double t = st_now();
+      if (t + last >= until || q->peak <= q->lb || st_cancel_requested(p->cancel))
+        return STALLOC_OK;
+      uint64_t pk = greedy(p, m, bf);
+      last = st_now() - t;
+      p->res->orderings_tried++;
+      if (pk < q->peak) {
+        q->peak = pk;
+        memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
+      }
+    }
+  }
   return STALLOC_OK;
 nomem:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
@@ -731,6 +780,21 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
       if (p->it[i].fixed != PLACE_FREE) fixed_top = ST_MAX(fixed_top, p->it[i].fixed + p->it[i].size);
   }
   res->lower_bound = lb;
+
+  /* Large partitions: peeling and greedy orderings, each with an equal share of the time
+   * (half of what is left, so the search below keeps some). */
+  if (limit > 0.0) {
+    size_t nbig = 0;
+    for (size_t q = 0; q < nparts; q++) nbig += parts[q].e - parts[q].b > GREEDY_MAX;
+    for (size_t q = 0; q < nparts && nbig; q++) {
+      if (parts[q].e - parts[q].b <= GREEDY_MAX) continue;
+      double left = p->deadline - st_now();
+      if (left <= 0 || st_cancel_requested(p->cancel)) break;
+      double share = left / (double)nbig--;
+      st = improve_big(p, &parts[q], st_now() + share);
+      if (st) goto done;
+    }
+  }
 
   /* Improve the partition that sets the peak until the time limit. */
   bool optimal = false;

@@ -168,21 +168,51 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   for (uint32_t k = 0; k < ns; k++)
     if (s->sm_start[k] < s->sm_start[k + 1]) s->witness[k] = s->sm[s->sm_start[k]];
 
-  /* Overlaps (CSR): two items overlap iff their section ranges intersect. Quadratic, but
-   * the search only runs on partitions small enough for that. */
+  /* Overlaps (CSR): two items overlap iff their section ranges intersect, that is iff one
+   * is live in the other's first section. So i's overlaps are the members of its first
+   * section and the items whose first section is inside i's range: output-sensitive, with
+   * the items bucketed by first section. */
+  uint32_t* st_start = calloc((size_t)ns + 1, sizeof(uint32_t));
+  uint32_t* st_item = malloc((n ? n : 1) * sizeof(uint32_t));
+  if (!st_start || !st_item) {
+    free(st_start);
+    free(st_item);
+    goto nomem;
+  }
+  for (uint32_t i = 0; i < n; i++) st_start[in->slo[i] + 1]++;
+  for (uint32_t k = 0; k < ns; k++) st_start[k + 1] += st_start[k];
+  {
+    uint32_t* pos = calloc(ns ? ns : 1, sizeof(uint32_t));
+    if (!pos) {
+      free(st_start);
+      free(st_item);
+      goto nomem;
+    }
+    for (uint32_t i = 0; i < n; i++) st_item[st_start[in->slo[i]] + pos[in->slo[i]]++] = i;
+    free(pos);
+  }
   size_t pairs = 0;
-  for (uint32_t i = 0; i < n; i++)
-    for (uint32_t j = 0; j < n; j++)
-      if (j != i && in->slo[i] < in->shi[j] && in->slo[j] < in->shi[i]) pairs++;
-  s->ov = malloc((pairs ? pairs : 1) * sizeof(uint32_t));
-  if (!s->ov) goto nomem;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t a = in->slo[i], b = in->shi[i];
+    pairs += s->sm_start[a + 1] - s->sm_start[a] - 1 + (st_start[b] - st_start[a + 1]);
+  }
+  s->ov = pairs <= UINT32_MAX ? malloc((pairs ? pairs : 1) * sizeof(uint32_t)) : NULL;
+  if (!s->ov) {
+    free(st_start);
+    free(st_item);
+    goto nomem;
+  }
   pairs = 0;
   for (uint32_t i = 0; i < n; i++) {
     s->ov_start[i] = (uint32_t)pairs;
-    for (uint32_t j = 0; j < n; j++)
-      if (j != i && in->slo[i] < in->shi[j] && in->slo[j] < in->shi[i]) s->ov[pairs++] = j;
+    uint32_t a = in->slo[i], b = in->shi[i];
+    for (uint32_t m = s->sm_start[a]; m < s->sm_start[a + 1]; m++)
+      if (s->sm[m] != i) s->ov[pairs++] = s->sm[m];
+    for (uint32_t m = st_start[a + 1]; m < st_start[b]; m++) s->ov[pairs++] = st_item[m];
   }
   s->ov_start[n] = (uint32_t)pairs;
+  free(st_start);
+  free(st_item);
 
   /* Preorderings. */
   for (int h = 0; h < ST_SEARCH_HEURISTICS; h++) {
