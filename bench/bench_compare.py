@@ -1,9 +1,11 @@
 """stalloc against PyTorch's caching allocator (simulated, default and expandable segments) on
 real training traces: the table behind the README's headline figures.
 
-For each trace, stalloc's plan is made from the trace's first steps only (stalloc.compare:
-set-up, warm-up step and two steady steps) and the whole trace is replayed through the runtime.
-Waste = peak reserved - peak allocated; the ratio columns are stalloc's waste over the others'.
+Two stalloc columns (stalloc.compare): "online" is a first run as it meets the trace (the
+online lifecycle: record, plan in the background, switch or decline, re-plan; no look-ahead);
+"saved plan" is a later run that loads the plan made from the trace's first steps (set-up,
+warm-up step and two steady steps) before its first allocation. Waste = peak reserved - peak
+allocated; the ratio columns are the online waste over the others'.
 
     python bench/bench_compare.py [--traces DIR] [--scale K] [--million]
 
@@ -48,21 +50,23 @@ def mib(n: float) -> str:
 
 def table(paths: list[Path], scale: int) -> None:
     print(f"sizes x{scale}" if scale != 1 else "sizes as recorded")
-    head = (f"{'trace':<18} {'events':>8} {'lower bound MiB':>15} {'PyTorch waste':>13} "
-            f"{'expandable waste':>16} {'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} "
-            f"{'hits':>6} {'misses':>6} {'seconds':>7}")
+    head = (f"{'trace':<22} {'events':>8} {'lower bound MiB':>15} {'PyTorch waste':>13} "
+            f"{'expandable waste':>16} {'online waste':>12} {'vs PyTorch':>10} {'vs expandable':>13} "
+            f"{'saved-plan waste':>16} {'vs PyTorch':>10} {'seconds':>7}")
     print(head + "\n" + "-" * len(head))
     for p in paths:
         t = scaled(stalloc.load_trace(p), scale)
         t0 = time.perf_counter()
         rows, _ = compare(t)
         sec = time.perf_counter() - t0
-        py, ex, st = rows
-        vs_py = st["waste"] / py["waste"] if py["waste"] else float("nan")
-        vs_ex = st["waste"] / ex["waste"] if ex["waste"] else float("nan")
-        print(f"{p.stem:<18} {len(t):>8,} {mib(t.lower_bound):>15} {mib(py['waste']):>13} "
-              f"{mib(ex['waste']):>16} {mib(st['waste']):>13} {vs_py:>10.1%} {vs_ex:>13.1%} "
-              f"{st['hits']:>6,} {st['misses']:>6,} {sec:>7.2f}")
+        py, ex, st, saved = rows
+
+        def ratio(a, b):
+            return a["waste"] / b["waste"] if b["waste"] else float("nan")
+
+        print(f"{p.stem:<22} {len(t):>8,} {mib(t.lower_bound):>15} {mib(py['waste']):>13} "
+              f"{mib(ex['waste']):>16} {mib(st['waste']):>12} {ratio(st, py):>10.1%} "
+              f"{ratio(st, ex):>13.1%} {mib(saved['waste']):>16} {ratio(saved, py):>10.1%} {sec:>7.2f}")
 
 
 def million(repeat: int) -> None:

@@ -126,15 +126,19 @@ static void collect_deferred(stalloc_allocator_t* a);
 
 static live_block* new_record(stalloc_allocator_t* a) {
   live_block* r = a->spare_records;
-  if (r) a->spare_records = r->next_spare;
-  else r = malloc(sizeof *r);
-  if (r) *r = (live_block){0}; /* a record dropped unused must not free a stale used_on */
+  if (r) {
+    a->spare_records = r->next_spare; /* drop_record left it without used_on */
+  } else if ((r = malloc(sizeof *r))) {
+    r->used_on = NULL; /* a record dropped unused must not free garbage */
+  }
   return r;
 }
 
 static void drop_record(stalloc_allocator_t* a, live_block* r) {
-  free(r->used_on);
-  r->used_on = NULL;
+  if (r->used_on) {
+    free(r->used_on);
+    r->used_on = NULL;
+  }
   r->next_spare = a->spare_records;
   a->spare_records = r;
 }
@@ -276,9 +280,9 @@ static void release_to_pool(void* arg, uint8_t origin, void* handle, uint64_t st
   stalloc_allocator_t* a = arg;
   switch (origin) {
     case ORIGIN_PLAN: { /* its pool may be a replaced plan's */
-      st_runtime* rt = st_runtime_of(handle);
+      st_runtime* rt = a->retired_count ? st_runtime_of(handle) : a->runtime;
       st_runtime_free(rt, handle, stream);
-      retire_if_idle(a, rt);
+      if (rt != a->runtime) retire_if_idle(a, rt);
       break;
     }
     case ORIGIN_SLAB: st_slab_free(a->slab, handle, stream); break;

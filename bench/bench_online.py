@@ -1,0 +1,75 @@
+"""The online lifecycle on training runs, against PyTorch's caching allocator (simulated,
+default and expandable segments): waste per trace and what each plan did.
+
+stalloc meets each trace as a first run does (stalloc.replay with online=True, the defaults of
+torch_backend.enable()): it records the first steps, plans them on a background thread (the
+replay waits for the plan at the next step boundary, so figures do not depend on the machine),
+switches to the plan or declines it when the growable pool already needs less, and re-plans
+when a step misses the plan. It never reads ahead. Peak reserved counts the recording phase.
+
+    python bench/bench_online.py [--traces DIR ...] [--growable 0|1]
+
+Waste = peak reserved - peak allocated. Plans: switched (s) or declined (d) per plan made;
+plan ms: the longest planning time; delay ms: the longest wait at a boundary for a plan (a
+replay waits; a live run switches at the first boundary after planning is done instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import stalloc
+from stalloc.baseline import simulate
+from stalloc.replay import replay
+
+REPO = Path(__file__).resolve().parents[1]
+NEVER = 2**64 - 1
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def row(path: Path, growable: bool) -> dict:
+    t = stalloc.load_trace(path)
+    torch = simulate(t, "pytorch")["waste"]
+    expandable = simulate(t, "pytorch-expandable")["waste"]
+    r = replay(t, online=True, growable_pool=growable)
+    waste = r["peak_reserved"] - r["peak_allocated"]
+    plans = "".join("s" if p["switched_step"] != NEVER else "d" if p["declined"] else "-"
+                    for p in r["plans"])
+    return dict(trace=path.stem, lb=t.lower_bound, torch=torch, expandable=expandable, waste=waste,
+                plans=plans or "none",
+                plan_ms=max((p["plan_seconds"] for p in r["plans"]), default=0) * 1e3,
+                delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", nargs="+", default=[str(REPO / "tests" / "data" / "traces")])
+    ap.add_argument("--growable", type=int, default=1, help="the growable pool (default 1)")
+    args = ap.parse_args()
+    paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
+    if not paths:
+        raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
+    head = (f"{'trace':<24} {'lower bound MiB':>15} {'PyTorch waste':>13} {'expandable waste':>16} "
+            f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
+            f"{'plan ms':>8} {'delay ms':>8}")
+    print(head + "\n" + "-" * len(head))
+    vs_ex = []
+    for p in paths:
+        r = row(p, bool(args.growable))
+        a = r["waste"] / r["torch"] if r["torch"] else float("nan")
+        b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")
+        vs_ex.append(b)
+        print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
+              f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['plan_ms']:>8.1f} "
+              f"{r['delay_ms']:>8.1f}")
+    print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
+          f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces")
+
+
+if __name__ == "__main__":
+    main()
