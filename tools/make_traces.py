@@ -38,6 +38,14 @@ Pipeline variants (run_pipeline; 1f1b above is the one with 4 micro-batches):
 The schedule runs in one process: a forward keeps its output (and with it the
 graph) until that micro-batch's backward, so the allocation order is the real
 one of the pipeline stages interleaved clock tick by clock tick.
+Runs that change (``--changing-steps``, default 12 optimizer steps):
+  dynpad      dynamic padding: each batch padded to its longest sample, sample
+              lengths uniform between a quarter of the sequence and all of it
+  accumvar    gradient accumulation over 2 micro-batches, each padded on its own
+  curriculum  sequence length a quarter, then half, then all of it (thirds of the run)
+  ramp        batch size a quarter, then half, then all of it
+  eval        an evaluation pass (eval mode, no_grad, double batch, half length)
+              after every second optimizer step, as a step of its own
 
 Example: python3 tools/make_traces.py --small --out tests/data/traces
 """
@@ -67,7 +75,10 @@ warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ("llama", "gpt2", "mixtral")
-VARIANTS = ("plain", "recompute", "accum", "1f1b", "1f1b_m8", "1f1b_vpp", "1f1b_recompute")
+# Runs that change from step to step (shape_schedule): each optimizer step's micro-batch shapes
+# follow the variant, and "eval" inserts evaluation steps of their own.
+CHANGING_VARIANTS = ("dynpad", "accumvar", "curriculum", "ramp", "eval")
+VARIANTS = ("plain", "recompute", "accum", "1f1b", "1f1b_m8", "1f1b_vpp", "1f1b_recompute") + CHANGING_VARIANTS
 
 
 def _load_importer():
@@ -349,6 +360,38 @@ def pipeline_runner(name: str, model, variant: str):
     return lambda batches: run_pipeline(chunks, batches, nstages)
 
 
+def padded_length(rng: np.random.Generator, batch: int, seq: int) -> int:
+    """Dynamic padding: a batch is padded to its longest sample; lengths are uniform between a
+    quarter of the sequence and all of it."""
+    return int(rng.integers(max(1, seq // 4), seq + 1, size=batch).max())
+
+
+def shape_schedule(variant: str, step: int, steps: int, s: dict, rng: np.random.Generator):
+    """The (batch, sequence) of each micro-batch of optimizer step `step` (0-based of `steps`),
+    and the (batch, sequence) of an evaluation pass after it, or None."""
+    b, q = s["batch"], s["seq"]
+    third = min(2, 3 * step // max(steps, 1))  # 0, 1, 2 over the run
+    if variant == "dynpad":
+        return [(b, padded_length(rng, b, q))], None
+    if variant == "accumvar":
+        return [(b, padded_length(rng, b, q)) for _ in range(2)], None
+    if variant == "curriculum":
+        return [(b, (q // 4, q // 2, q)[third])], None
+    if variant == "ramp":
+        return [((max(1, b // 4), max(1, b // 2), b)[third], q)], None
+    if variant == "eval":
+        return [(b, q)], ((2 * b, q // 2) if step % 2 == 1 else None)
+    raise ValueError(variant)
+
+
+def evaluate(model, ids) -> None:
+    """An evaluation pass: no gradients, the model in eval mode, then back to training."""
+    model.eval()
+    with torch.no_grad():
+        model(input_ids=ids, labels=ids)
+    model.train()
+
+
 def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
            keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager") -> dict:
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -358,13 +401,15 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
     if variant in PIPELINE_VARIANTS:
         micro = PIPELINE_VARIANTS[variant][0]
     gen = torch.Generator().manual_seed(seed + 1)
+    shapes_rng = np.random.default_rng(seed + 2)
     tag = f"{name}_{variant}"
     tmp = tempfile.mkdtemp(prefix="stalloc_trace_")
     json_path = os.path.join(tmp, f"{tag}.json")
 
     t0 = time.time()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
-                 schedule=schedule(wait=0, warmup=0, active=steps + 1, repeat=1),
+                 schedule=schedule(wait=0, warmup=0, repeat=1,
+                                   active=(2 * steps if variant in CHANGING_VARIANTS else steps) + 1),
                  on_trace_ready=lambda p: p.export_chrome_trace(json_path)) as prof:
         model = build_model(name, s, moe_impl)
         if variant == "recompute":
@@ -377,10 +422,15 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
         runner = pipeline_runner(name, model, variant) if variant in PIPELINE_VARIANTS else None
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         prof.step()  # end of ProfilerStep#0 (construction)
-        for _ in range(steps):
-            batches = []
-            for _ in range(micro):
-                ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen)
+        for step in range(steps):
+            batches, eval_shape = [], None
+            if variant in CHANGING_VARIANTS:
+                shapes, eval_shape = shape_schedule(variant, step, steps, s, shapes_rng)
+                micro = len(shapes)
+            else:
+                shapes = [(s["batch"], s["seq"])] * micro
+            for shape in shapes:
+                ids = torch.randint(0, s["vocab"], shape, generator=gen)
                 batches.append((ids, ids))
             if runner is not None:
                 runner(batches)
@@ -395,6 +445,9 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
             opt.zero_grad(set_to_none=True)
             del batches
             prof.step()
+            if eval_shape is not None:  # an evaluation pass is a step of its own
+                evaluate(model, torch.randint(0, s["vocab"], eval_shape, generator=gen))
+                prof.step()
     secs = time.time() - t0
 
     events, info = importer.load_profiler_json(json_path, return_info=True)
@@ -425,6 +478,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run")
+    ap.add_argument("--changing-steps", type=int, default=12,
+                    help="optimizer steps of the runs that change (%s)" % ", ".join(CHANGING_VARIANTS))
     ap.add_argument("--small", action="store_true", help="tiny sizes (test data)")
     ap.add_argument("--json-for", nargs="*", default=None, metavar="NAME",
                     help="keep the gzipped profiler JSON only for these runs "
@@ -448,7 +503,8 @@ def main(argv=None) -> int:
         for variant in args.variants:
             tag = f"{name}_{variant}"
             keep = args.json_for is None or tag in args.json_for
-            r = record(name, variant, args.steps, args.small, args.out, keep, importer,
+            steps = args.changing_steps if variant in CHANGING_VARIANTS else args.steps
+            r = record(name, variant, steps, args.small, args.out, keep, importer,
                        args.seed, args.moe_impl)
             print(json.dumps(r), flush=True)
     return 0

@@ -97,17 +97,19 @@ def test_replan_switches_keep_live_blocks_where_they_are():
         assert r["checked_events"] == r["requests"]
 
 
-def test_a_plan_that_would_reserve_more_is_declined():
-    # Weights allocated between a step's activations (as an optimizer creating its state does)
-    # leave the growable pool's granules shared: a plan's pool would come on top of them.
-    t = stalloc.load_trace(TRACES / "gpt2_plain.npz")
+@pytest.mark.parametrize("name", ["gpt2_plain.npz", "changing/llama_dynpad.npz"])
+def test_the_growable_pool_serves_when_no_plan_helps(name):
+    # gpt2_plain: weights allocated between a step's activations (as an optimizer creating its
+    # state does) share granules with them, and a plan's pool would come on top: declined, or not
+    # yet made from two steps of one kind. llama_dynpad: its steps change shape.
+    t = stalloc.load_trace(TRACES / name)
     r = replay(t, online=True)
     for p in r["plans"]:
-        assert p["declined"] == (p["switched_step"] == NEVER)
+        assert p["switched_step"] == NEVER
+        assert p["declined"] != (p["status"] != 0)  # declined, or refused for want of repeats
         if p["declined"]:
-            assert p["status"] == 0 and p["pool_size"] > 0  # the pool it would have needed
-    declined = [p for p in r["plans"] if p["declined"]]
-    assert declined and r["hits"] == 0  # the growable pool served the whole run
+            assert p["pool_size"] > 0  # the pool it would have needed
+    assert r["hits"] == 0
     plain = replay(t)  # no plan at all: the growable pool alone
     assert r["peak_reserved"] == plain["peak_reserved"]
 
@@ -140,3 +142,21 @@ def test_replay_cli_online_json():
     out = subprocess.run([sys.executable, "-m", "stalloc", "replay", str(TRACES / "gpt2_plain.npz"),
                           "--online", "--plan", "x.stplan"], capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr and "--online" in out.stderr
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_online_wastes_no_more_than_pytorch(path):
+    # A first run (online, recording phase included) against PyTorch's caching allocator on the
+    # same trace; bench/bench_online.py measures the full-size runs. On these small traces 2 MiB
+    # granules dominate and the two are often equal. A run that outgrows a plan it switched to
+    # (a batch ramp) holds that plan's pool beside the growable pool for one step: that much
+    # more, and no more, is allowed on the runs that change.
+    from stalloc.baseline import simulate
+
+    t = stalloc.load_trace(path)
+    r = replay(t, online=True)
+    used = [p["pool_size"] for p in r["plans"] if p["switched_step"] != NEVER]
+    allowed = simulate(t, "pytorch")["waste"]
+    if path.parent.name == "changing":
+        allowed += max(used, default=0)
+    assert r["peak_reserved"] - r["peak_allocated"] <= allowed

@@ -508,6 +508,24 @@ stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* a) {
   return STALLOC_OK;
 }
 
+/* Stops serving the plan: its pool goes back once its last block is freed. False (and the
+ * plan still served) when there is no host memory to remember the pool. Lock held. */
+static bool drop_plan(stalloc_allocator_t* a) {
+  if (a->retired_count == a->retired_cap) {
+    size_t cap = a->retired_cap ? 2 * a->retired_cap : 4;
+    st_runtime** r = realloc(a->retired, cap * sizeof *r);
+    if (!r) return false;
+    a->retired = r;
+    a->retired_cap = cap;
+  }
+  a->past = runtime_counters(a);
+  st_runtime* old = a->runtime;
+  a->retired[a->retired_count++] = old;
+  a->runtime = NULL;
+  retire_if_idle(a, old);
+  return true;
+}
+
 /* Serves `plan` from now on, its position `position` (the number of the run's allocs it has
  * seen). A plan already served is replaced: its pool stays until its last block is freed,
  * its counters add to the allocator's. Lock held. */
@@ -518,25 +536,12 @@ static stalloc_status_t install_plan(stalloc_allocator_t* a, const stalloc_plan*
                                          plan, position, shaped, &rt);
   if (!s && !a->slab)
     s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.tiny_alignment, &a->slab);
-  if (!s && a->runtime && a->retired_count == a->retired_cap) {
-    size_t cap = a->retired_cap ? 2 * a->retired_cap : 4;
-    st_runtime** r = realloc(a->retired, cap * sizeof *r);
-    if (!r) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
-    else a->retired = r, a->retired_cap = cap;
-  }
+  if (!s && a->runtime && !drop_plan(a)) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
   if (s) {
     st_runtime_destroy(rt);
     return s;
   }
-  if (a->runtime) {
-    a->past = runtime_counters(a);
-    a->retired[a->retired_count++] = a->runtime;
-    st_runtime* old = a->runtime;
-    a->runtime = rt;
-    retire_if_idle(a, old);
-  } else {
-    a->runtime = rt;
-  }
+  a->runtime = rt;
   st_fallback_exact_segments(a->fallback, true);
   return STALLOC_OK;
 }
@@ -553,16 +558,20 @@ stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t s
     a->step_miss_bytes = c.miss_bytes;
     a->step_hit_bytes = c.hit_bytes;
     stalloc_event_t marker = {.id = step, .device = (int16_t)a->options.device, .kind = STALLOC_EVENT_STEP};
-    const stalloc_plan* plan = st_online_step(a->online, &marker, missed, served);
+    bool drop = false;
+    const stalloc_plan* plan = st_online_step(a->online, &marker, missed, served, &drop);
+    if (drop && a->runtime) drop_plan(a);
     if (plan) {
       /* The recording's cached segments go back first, so the pool does not stack on them.
        * The plan's iteration begins at a step marker: the next alloc is its first position. */
       st_fallback_release_cached(a->fallback);
       if (a->arena) st_arena_trim(a->arena);
       /* A plan that would hold more than the run has needed so far stays unused: the pool it
-       * needs comes on top of what lives outside it (weights, optimizer state). */
-      bool declined = !a->runtime && a->arena &&
-                      a->budget.reserved + plan->pool_size > a->budget.peak_reserved;
+       * needs comes on top of what lives outside it (weights, optimizer state). A re-plan
+       * declined so means the run outgrew its plan: the plan goes too, and the growable pool
+       * serves from now on. */
+      bool declined = a->arena && a->budget.reserved + plan->pool_size > a->budget.peak_reserved;
+      if (declined && a->runtime && !drop_plan(a)) declined = false; /* no memory to drop it */
       stalloc_status_t s = declined ? STALLOC_OK : install_plan(a, plan, plan->prologue_count, true);
       st_online_switched(a->online, s, declined, s || declined ? 0 : st_runtime_pool_size(a->runtime));
       st_clear_error();
@@ -580,7 +589,7 @@ stalloc_status_t stalloc_allocator_online_start(stalloc_allocator_t* a, const st
     s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: this allocator already %s",
                 a->online ? "runs the online lifecycle" : "serves a plan");
   else
-    s = st_online_create(params, a->options.alignment, &a->online);
+    s = st_online_create(params, a->options.alignment, a->arena != NULL, &a->online);
   UNLOCK(a);
   return s;
 }

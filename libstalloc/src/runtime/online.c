@@ -36,6 +36,8 @@ typedef struct plan_job {
   stalloc_status_t status;
   char message[256];
   uint64_t steps_used;
+  bool need_repeat;           /* refuse to plan from fewer than 2 steps of one kind */
+  bool varied;                /* some position's size differed between the planned steps */
   double seconds, finished_at;
   atomic_int done;
 } plan_job;
@@ -43,6 +45,7 @@ typedef struct plan_job {
 struct st_online {
   stalloc_online_params_t p;
   uint64_t alignment;
+  bool growable;             /* see st_online_create */
   uint64_t steps;            /* boundaries seen */
   int32_t state;             /* stalloc_online_state_t */
   uint32_t switched;         /* plans switched to */
@@ -88,7 +91,7 @@ void stalloc_online_info_init(stalloc_online_info_t* info) {
 }
 
 stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_t alignment,
-                                  st_online** out) {
+                                  bool growable, st_online** out) {
   stalloc_online_params_t p;
   stalloc_online_params_init(&p);
   if (params) {
@@ -106,6 +109,7 @@ stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_
   if (!on) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "online_start: no host memory");
   on->p = p;
   on->alignment = alignment;
+  on->growable = growable;
   on->state = STALLOC_ONLINE_RECORDING;
   on->recording = true;
   on->rec_number = 1;
@@ -210,8 +214,15 @@ static stalloc_status_t steady_trace(plan_job* job, stalloc_trace_t** out) {
   size_t last = markers - 2, first = last;
   while (first > 0 && allocs[first - 1] == allocs[last] && last - first + 1 < job->steps_wanted) first--;
   job->steps_used = last - first + 1;
+  if (job->need_repeat && job->steps_used < 2) {
+    free(at);
+    free(allocs);
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online: fewer than 2 recorded steps of one kind: "
+                   "no telling yet whether the run repeats");
+  }
   /* steps of the kind the current plan serves keep at least its sizes */
   bool use_floor = job->floor && allocs[last] == job->floor_count;
+  uint64_t allocs_last = allocs[last];
   size_t begin = at[first], end = at[last + 1] + 1; /* the closing marker too */
   free(at);
   free(allocs);
@@ -223,11 +234,19 @@ static stalloc_status_t steady_trace(plan_job* job, stalloc_trace_t** out) {
   u64map_init(&mine);
   s = st_trace_reserve(t, end - begin);
   uint64_t pos = 0; /* alloc index within the step, for the floor */
+  uint64_t* first_sizes = malloc((allocs_last ? allocs_last : 1) * sizeof *first_sizes);
+  size_t step_no = 0;
+  if (!first_sizes) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "online: no host memory");
   for (size_t i = begin; !s && i < end; i++) {
     stalloc_event_t e = ev[i];
     if (e.kind == STALLOC_EVENT_STEP) {
+      if (i != begin) step_no++;
       pos = 0;
     } else if (e.kind == STALLOC_EVENT_ALLOC) {
+      if (pos < allocs_last) {
+        if (step_no == 0) first_sizes[pos] = e.size;
+        else if (first_sizes[pos] != e.size) job->varied = true;
+      }
       if (use_floor && pos < job->floor_count && job->floor[pos] > e.size)
         e.size = job->floor[pos];
       pos++;
@@ -244,6 +263,7 @@ static stalloc_status_t steady_trace(plan_job* job, stalloc_trace_t** out) {
     if (!s) s = stalloc_trace_append(t, &e, 1);
   }
   u64map_destroy(&mine);
+  free(first_sizes);
   if (s) {
     stalloc_trace_destroy(t);
     return s;
@@ -281,6 +301,7 @@ static void start_planning(st_online* on) {
   plan_job* job = calloc(1, sizeof *job);
   if (!job) return;
   job->steps_wanted = on->rec_wanted;
+  job->need_repeat = on->growable;
   if (on->rolling) {
     job->events = malloc((on->n ? on->n : 1) * sizeof *job->events);
     if (!job->events) {
@@ -340,8 +361,18 @@ static stalloc_plan* take_result(st_online* on, double now) {
   return plan;
 }
 
+/* Gives up on plans: the growable pool serves the run from now on. */
+static void to_pool(st_online* on) {
+  on->state = STALLOC_ONLINE_POOL;
+  if (on->current) stalloc_plan_destroy(on->current);
+  on->current = NULL;
+  on->rolling = false;
+  stop_recording(on);
+}
+
 const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* marker,
-                                          uint64_t missed, uint64_t served) {
+                                          uint64_t missed, uint64_t served, bool* drop) {
+  *drop = false;
   on->steps++;
   on->marker = *marker;
   if (on->recording) {
@@ -354,7 +385,11 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
     uint64_t traffic = missed + served;
     bool drift = traffic && (double)missed > on->p.replan_miss_share * (double)traffic;
     on->drifting = drift ? on->drifting + 1 : 0;
-    if (on->drifting >= on->p.replan_after && on->recording && on->rec_markers >= 2) {
+    if (on->drifting >= on->p.replan_after && on->growable) {
+      *drop = true; /* shapes changed: the growable pool serves them better than a re-plan */
+      to_pool(on);
+      return NULL;
+    } else if (on->drifting >= on->p.replan_after && on->recording && on->rec_markers >= 2) {
       on->drifting = 0;
       start_planning(on);
     }
@@ -369,7 +404,14 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
     if (!on->p.wait_for_plan) return NULL;
     join_job(on);
   }
+  bool varied = on->job->varied;
   stalloc_plan* plan = take_result(on, now);
+  if (plan && varied && on->growable) { /* the recorded steps changed shape */
+    on->records[on->job_record].declined = 1;
+    stalloc_plan_destroy(plan);
+    to_pool(on);
+    return NULL;
+  }
   if (!plan) {
     if (on->state != STALLOC_ONLINE_SERVING) on->state = STALLOC_ONLINE_RECORDING; /* try again */
     if (!on->current) start_recording(on, marker, on->p.record_steps);
@@ -387,8 +429,9 @@ void st_online_switched(st_online* on, stalloc_status_t status, bool declined, u
       r->declined = declined;
     }
     stalloc_plan_destroy(on->offered);
-    /* Declined: the growable pool serves the run; a plan is not tried again. */
-    if (declined && on->state != STALLOC_ONLINE_SERVING) on->state = STALLOC_ONLINE_POOL;
+    /* Declined: the growable pool serves the run (the allocator dropped any plan it served);
+     * no plan is tried again. */
+    if (declined) to_pool(on);
   } else {
     if (r) {
       r->switched_step = on->steps;

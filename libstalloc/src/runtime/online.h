@@ -8,8 +8,11 @@
 
 typedef struct st_online st_online;
 
+/* growable: the allocator has a growable pool, which serves runs whose shapes change at least
+ * as well as a plan would: plans then come only from steps that repeated exactly, and a plan
+ * that stops fitting is dropped rather than re-planned. */
 stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_t alignment,
-                                  st_online** out);
+                                  bool growable, st_online** out);
 /* Waits for a planning thread still running and frees everything. */
 void st_online_destroy(st_online* on);
 
@@ -25,9 +28,9 @@ void st_online_event(st_online* on, const stalloc_event_t* event);
 /* A step boundary (`marker`: its STEP event, which a recording keeps). `missed` and `served` are
  * the bytes that missed and hit the plan in the step that just ended (0, 0 before any plan).
  * Returns a plan to switch to now, or NULL; the caller loads it and reports back with
- * st_online_switched. */
+ * st_online_switched. *drop: the plan served no longer fits and the growable pool takes over. */
 const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* marker,
-                                          uint64_t missed, uint64_t served);
+                                          uint64_t missed, uint64_t served, bool* drop);
 /* The plan st_online_step returned was loaded (status OK) or refused; declined: not loaded
  * because it would not lower the memory reserved. */
 void st_online_switched(st_online* on, stalloc_status_t status, bool declined, uint64_t pool_size);
