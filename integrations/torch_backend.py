@@ -79,7 +79,7 @@ def cuda_unavailable_reason() -> str | None:
 
 def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = None,
            time_limit: float = 2.0, hook_optimizer: bool = True, devices=None,
-           backend: str = "cuda", patch_torch_stats: bool = True) -> None:
+           backend: str = "cuda", patch_torch_stats: bool = True, online: bool = True) -> None:
     """Installs libstalloc as PyTorch's CUDA allocator. Call it right after ``import torch``,
     before any CUDA tensor exists (PyTorch refuses to change allocators later).
 
@@ -89,6 +89,10 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
     hook_optimizer: mark steps from every optimizer.step(); else call :func:`step` yourself.
     patch_torch_stats: route torch.cuda.memory_stats() and its family to stalloc's figures
     (undone by :func:`disable`).
+    online: the run's plans come from libstalloc's online lifecycle (docs/online.md), the code
+    `stalloc replay --online` drives: a growable pool serves until a plan made from repeated
+    steps needs less, shapes that change are served by the pool, a plan that stops fitting is
+    dropped. False: the Python session records, plans and switches once (stalloc.session).
     """
     global _hook
     torch = _torch()
@@ -112,7 +116,7 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
     rank = _rank()
     for d, a in _allocators.items():
         _sessions[d] = PlanSession(a, record_steps=record_steps, plan_path=_device_path(plan_path, d),
-                                   rank=rank, time_limit=time_limit)
+                                   rank=rank, time_limit=time_limit, online=online)
     if hook_optimizer:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 

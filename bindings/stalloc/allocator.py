@@ -169,6 +169,31 @@ class Allocator(OwnedHandle):
         """Marks the start of training step n."""
         check(lib.stalloc_allocator_step_begin(self._h(), n))
 
+    def online_start(self, **params) -> None:
+        """Starts the online lifecycle (docs/online.md): record the first steps, plan them in the
+        background, switch at a step boundary (or decline), re-plan or drop a plan on drift.
+        ``params``: stalloc_online_params_t fields (record_steps, replan_steps, time_limit,
+        replan_miss_share, replan_after, wait_for_plan); the rest keep the library defaults."""
+        p = ffi.new("stalloc_online_params_t*")
+        lib.stalloc_online_params_init(p)
+        for k, v in params.items():
+            if k == "struct_size" or not hasattr(p, k):
+                raise ValueError(f"unknown online parameter {k!r}")
+            setattr(p, k, v)
+        check(lib.stalloc_allocator_online_start(self._h(), p))
+
+    ONLINE_STATES = {0: "off", 1: "recording", 2: "planning", 3: "serving", 4: "pool"}
+
+    def online_info(self) -> dict:
+        """The lifecycle's state (off, recording, planning, serving, pool), plans switched to,
+        step boundaries seen, plans made, and whether steps are being recorded."""
+        info = ffi.new("stalloc_online_info_t*")
+        lib.stalloc_online_info_init(info)
+        check(lib.stalloc_allocator_online_info(self._h(), info))
+        return {"state": self.ONLINE_STATES.get(int(info.state), str(int(info.state))),
+                "plans_switched": int(info.plans_switched), "steps": int(info.steps),
+                "plan_records": int(info.plan_records), "recording": bool(info.recording)}
+
     def record_start(self, path) -> None:
         check(lib.stalloc_allocator_record_start(self._h(), os.fsencode(os.fspath(path))))
 

@@ -15,6 +15,11 @@ whole run, weights included, is served from the plan. If a step mostly misses th
 or batch changed), a warning says so; memory stays correct either way, since the runtime serves
 misses elsewhere and never hands out bytes that are still live.
 
+With ``online=True`` (what ``torch_backend.enable()`` uses) the run's own switching is the C
+library's online lifecycle (docs/online.md: record, plan on a thread, switch or decline, re-plan
+or drop on drift; the same code `stalloc replay --online` drives); the session then only saves
+the whole recorded run's plan for the next run, and reports the lifecycle's state.
+
 The session is framework-neutral: ``torch_backend`` calls :meth:`step` from an optimizer hook.
 """
 
@@ -33,6 +38,9 @@ from .trace import FREE, FLAG_UNMATCHED, STEP, Trace
 __all__ = ["rank_plan_path", "steady_part", "PlanSession"]
 
 RECORDING, PLANNING, PLANNED, FAILED = "recording", "planning", "planned", "failed"
+POOL = "pool"  # online: no plan used, the growable pool serves the run
+_ONLINE_STATE = {"recording": RECORDING, "planning": PLANNING, "serving": PLANNED, "pool": POOL,
+                 "off": FAILED}
 
 
 def rank_plan_path(plan_path, rank: int) -> str | None:
@@ -68,7 +76,7 @@ class PlanSession:
 
     def __init__(self, allocator, record_steps: int = 3, plan_path=None, rank: int = 0,
                  time_limit: float = 2.0, background: bool = True, save: bool = True,
-                 trace_dir=None):
+                 trace_dir=None, online: bool = False):
         if record_steps < 2:
             raise ValueError("record_steps must be at least 2 (the first step is warm-up)")
         self.allocator = allocator
@@ -79,7 +87,8 @@ class PlanSession:
         self.background = background
         self.save = save
         self.steps = 0
-        self.state = RECORDING
+        self.online = online
+        self._state = RECORDING
         self.plan: Plan | None = None
         self.plan_source = None  # "saved" (loaded at start) or "planned" (in this process)
         self.saved_plan_file = None  # where this run's whole-run plan was written
@@ -92,8 +101,27 @@ class PlanSession:
         if self.plan_file and os.path.exists(self.plan_file) and self._load_saved():
             allocator.step(0)
             return
+        if online:
+            allocator.online_start(record_steps=record_steps, time_limit=min(time_limit, 1.0))
+            self.plan_source = "online"
+            self._saving = bool(save and self.plan_file)
+            if self._saving:  # the whole recorded run, planned for the next run
+                allocator.record_start(self.trace_path)
+            allocator.step(0)
+            return
         allocator.record_start(self.trace_path)
         allocator.step(0)
+
+    @property
+    def state(self) -> str:
+        """recording, planning, planned, failed; online also pool (no plan used)."""
+        if self.online and self.plan_source == "online":
+            return _ONLINE_STATE[self.allocator.online_info()["state"]]
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self._state = value
 
     def _load_saved(self) -> bool:
         try:
@@ -108,6 +136,14 @@ class PlanSession:
 
     def step(self) -> None:
         """A training step ended (and the next begins)."""
+        if self.online and self.plan_source == "online":
+            self.steps += 1
+            self.allocator.step(self.steps)  # the library's lifecycle acts at this boundary
+            if self._saving and self.steps >= self.record_steps:
+                self._saving = False
+                self.allocator.record_stop()
+                threading.Thread(target=self._save_whole_run, daemon=True, name="stalloc-saver").start()
+            return
         self.steps += 1
         if self.state == PLANNING and self._planned.is_set():
             self._switch()
@@ -121,6 +157,16 @@ class PlanSession:
                 self._plan_safely()
         elif self.state == PLANNED and self.steps > 1:
             self._watch_fit()
+
+    def _save_whole_run(self) -> None:
+        try:
+            os.makedirs(os.path.dirname(self.plan_file) or ".", exist_ok=True)
+            make_plan(Trace.load(self.trace_path), time_limit=self.time_limit).save(self.plan_file)
+            self.saved_plan_file = self.plan_file
+        except Exception as e:  # never raised into the training loop
+            self.error = e
+        finally:
+            self._planned.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Blocks until planning has finished (the switch still waits for the next step);
@@ -180,8 +226,13 @@ class PlanSession:
         self.plan.save(path)
 
     def close(self) -> None:
-        if self.state == RECORDING:
+        if self.online and self.plan_source == "online":
+            if self._saving:
+                self.allocator.record_stop()
+            elif self.steps >= self.record_steps and self.plan_file and self.save:
+                self._planned.wait()
+        elif self._state == RECORDING:
             self.allocator.record_stop()
-        elif self.state == PLANNING:
+        elif self._state == PLANNING:
             self._planned.wait()
         self._tmp.cleanup()

@@ -301,3 +301,30 @@ def test_capture_is_refused_with_the_setting_that_avoids_it():
     finally:
         torch_backend.disable()
     assert torch.cuda.graphs.CUDAGraph.capture_begin is original
+
+
+CHANGING = Path(__file__).resolve().parents[1] / "data" / "traces" / "changing"
+
+
+@pytest.mark.parametrize("trace", [LLAMA, CHANGING / "llama_dynpad.npz", CHANGING / "gpt2_eval.npz"],
+                         ids=lambda p: p.stem)
+def test_online_lifecycle_through_the_pytorch_entry_points(trace, tmp_path):
+    # torch_backend.enable()'s default: the C library's lifecycle serves the run (the data check
+    # runs on every block), and the whole recorded run's plan is saved for the next run.
+    session, stats = drive(trace, plan_path=tmp_path, online=True)
+    assert session.plan_source == "online"
+    assert session.state in ("recording", "planning", "planned", "pool")
+    info = session.allocator.online_info()
+    assert info["steps"] == session.steps + 1  # the step(0) at the start, then one per step
+    assert lib.stalloc_torch_failed_frees() == 0
+    session.wait(30)
+    assert (tmp_path / "rank0.stplan").is_file()
+    stalloc.Plan.load(tmp_path / "rank0.stplan")
+    session.close()
+
+
+def test_online_lifecycle_switches_without_the_growable_pool():
+    session, stats = drive(LLAMA, online=True, growable_pool=False)
+    assert session.state == "planned" and stats.plan_hits > 0
+    assert session.allocator.online_info()["plans_switched"] >= 1
+    session.close()

@@ -11,21 +11,22 @@ from stalloc.session import PlanSession
 from stalloc.trace import ALLOC, FREE, STEP
 
 
-def drive(trace_path, plan_path=None, rank=0, record_steps=3, background=False, check_data=True):
+def drive(trace_path, plan_path=None, rank=0, record_steps=3, background=False, check_data=True,
+          online=False, growable_pool=None):
     """Returns (session, stats) after replaying the trace through the PyTorch entry points on
     the host backend. With check_data, every block gets a pattern that is verified at free."""
     trace = stalloc.load_trace(trace_path)
-    a = stalloc.Allocator(backend="host")
+    a = stalloc.Allocator(backend="host", growable_pool=growable_pool)
     lib.stalloc_torch_register(0, a._h())
     session = PlanSession(a, record_steps=record_steps, plan_path=plan_path, rank=rank,
-                          background=background)
+                          background=background, online=online)
     live = {}
     try:
         for e in trace.events:
             kind = int(e["kind"])
             if kind == STEP and int(e["id"]) > 0:
                 session.step()
-                if background:
+                if background and not online:
                     session.wait()
             elif kind == ALLOC:
                 size = int(e["size"])
