@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 __all__ = [
-    "Attention", "MLP", "MoE", "Block", "TinyGPT", "VARIANTS", "build", "batches", "train_step",
+    "Attention", "MLP", "MoE", "Block", "TinyGPT", "VARIANTS", "DYNAMIC_PADDING", "build", "batches",
+    "train_step",
 ]
 
 
@@ -96,7 +97,9 @@ VARIANTS = {
     "dense": dict(experts=0, recompute=False),
     "recompute": dict(experts=0, recompute=True),
     "moe": dict(experts=4, recompute=False),
+    "dynpad": dict(experts=0, recompute=False),  # dense, trained with dynamic padding
 }
+DYNAMIC_PADDING = {"dynpad"}  # variants whose batches are padded to their longest sample
 
 
 def build(variant: str, device="cpu", seed: int = 0, **size):
@@ -106,11 +109,16 @@ def build(variant: str, device="cpu", seed: int = 0, **size):
     return model, torch.optim.AdamW(model.parameters(), lr=3e-4)
 
 
-def batches(steps: int, batch: int = 8, seq: int = 64, vocab: int = 512, device="cpu", seed: int = 1):
-    """Synthetic next-token data, the same for a seed."""
+def batches(steps: int, batch: int = 8, seq: int = 64, vocab: int = 512, device="cpu", seed: int = 1,
+            dynamic_padding: bool = False):
+    """Synthetic next-token data, the same for a seed. With dynamic_padding each batch is as long
+    as its longest sample, sample lengths uniform between a quarter of seq and all of it."""
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        tokens = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+        length = seq
+        if dynamic_padding:
+            length = int(torch.randint(max(1, seq // 4), seq + 1, (batch,), generator=g).max())
+        tokens = torch.randint(0, vocab, (batch, length + 1), generator=g)
         yield tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 

@@ -1,6 +1,8 @@
 """stalloc demo: the whole story on a CPU. Trains small real transformers (dense, with
-recomputation, and mixture-of-experts) while recording their allocations, plans each trace,
-replays it through stalloc's runtime, and compares with PyTorch's allocator."""
+recomputation, mixture-of-experts, and dense with dynamic padding, a run that changes every
+step) while recording their allocations, replays each trace through stalloc (online, as a first
+run; and from a plan saved from the first steps, as a later run) and compares with PyTorch's
+allocator."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import time
 
 from . import fmt_bytes, print_json
 
-__all__ = ["VARIANTS", "progress", "record_variant", "run", "register"]
+__all__ = ["DEMO_SIZE", "VARIANTS", "progress", "record_variant", "run", "register"]
 
-VARIANTS = ("dense", "recompute", "moe")
+VARIANTS = ("dense", "recompute", "moe", "dynpad")
+# Big enough that 2 MiB granules (CUDA's, which the replay models) are not the whole story,
+# small enough to train in seconds on a CPU.
+DEMO_SIZE = dict(dim=256, seq=128)
 
 
 def progress(label: str, done: int, total: int, width: int = 30) -> None:
@@ -31,9 +36,11 @@ def record_variant(variant: str, steps: int, path: str) -> None:
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     with capture.record(path):  # created inside, so the weights are in the trace
-        model, opt = demo_models.build(variant)
+        model, opt = demo_models.build(variant, **DEMO_SIZE)
         progress(f"training {variant}", 0, steps)
-        for i, (x, y) in enumerate(demo_models.batches(steps)):
+        data = demo_models.batches(steps, seq=DEMO_SIZE["seq"],
+                                   dynamic_padding=variant in demo_models.DYNAMIC_PADDING)
+        for i, (x, y) in enumerate(data):
             demo_models.train_step(model, opt, x, y)  # optimizer.step() marks the step
             progress(f"training {variant}", i + 1, steps)
 
@@ -74,7 +81,9 @@ def run(args) -> int:
             print(f"{variant:<10} {r['allocator']:<20} {fmt_bytes(r['peak_allocated']):>15} "
                   f"{fmt_bytes(r['peak_reserved']):>15} {fmt_bytes(r['waste']):>11} "
                   f"{r['fragmentation']:>14.2%} {r['waste_vs_pytorch']:>17.1%}")
-    print("\nEach stalloc plan was made from the start of its run only:")
+    print("\n`stalloc` is a first run, online (record, plan in the background, switch or decline; "
+          "no look-ahead; the recording phase counts).")
+    print("`stalloc-saved-plan` is a later run that loads the plan saved from the first steps:")
     for variant, (_, how) in results.items():
         if "plan_events" in how:
             print(f"  {variant}: first {how['plan_events']:,} of {how['trace_events']:,} events "
