@@ -21,7 +21,8 @@ typedef struct u64map {
 void u64map_init(u64map* m);
 void u64map_destroy(u64map* m);
 void u64map_clear(u64map* m);
-/* false only when memory for growing ran out; the map is unchanged then. key != 0. */
+/* Key 0 marks an empty slot, so no entry has it: put refuses it (false, map unchanged), get and
+ * remove find nothing. put is otherwise false only when memory for growing ran out. */
 bool u64map_put(u64map* m, uint64_t key, uint64_t value);
 /* Pointer to the value, or NULL. Valid until the next put or remove. */
 uint64_t* u64map_get(const u64map* m, uint64_t key);

@@ -4,7 +4,20 @@
 #include "check.h"
 #include "base/u64map.h"
 
+/* Key 0 marks an empty slot: the API refuses it rather than pairing it with an empty slot. */
+static void key_zero_is_no_key(void) {
+  u64map m;
+  u64map_init(&m);
+  CHECK(!u64map_get(&m, 0) && !u64map_remove(&m, 0, NULL));
+  CHECK(!u64map_put(&m, 0, 7) && m.count == 0);
+  CHECK(u64map_put(&m, 512, 1));
+  CHECK(!u64map_get(&m, 0) && !u64map_remove(&m, 0, NULL) && m.count == 1);
+  CHECK(!u64map_put(&m, 0, 7) && m.count == 1);
+  u64map_destroy(&m);
+}
+
 int main(void) {
+  key_zero_is_no_key();
   enum { KEYS = 5000 };
   static uint64_t model[KEYS]; /* 0 = absent, else value + 1 */
   u64map m;
