@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+import zipfile
 
 from . import __version__, commands
 
-__all__ = ["build_parser", "main"]
+__all__ = ["INPUT_ERRORS", "build_parser", "describe", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,15 +46,35 @@ def main(argv=None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
+    import warnings
+
+    # A warning is one line too, naming the command.
+    warnings.showwarning = lambda message, category, *rest, **kw: print(
+        f"stalloc {args.command}: warning: {message}", file=sys.stderr)
     try:
         return args.func(args)
-    except (OSError, ValueError, RuntimeError) as e:
-        print(f"stalloc {args.command}: {e}", file=sys.stderr)
+    except Exception as e:
+        # Every failure is one line and exit 2: bad input (files that are not what they claim,
+        # numbers out of range, truncated archives) and library errors alike. Anything else is
+        # a bug of ours: still one line, with the way to see the traceback.
+        if os.environ.get("STALLOC_DEBUG"):
+            raise
+        print(f"stalloc {args.command}: {describe(e)}", file=sys.stderr)
         return 2
-    except Exception as e:  # a StallocError not covered above
-        from .errors import StallocError
 
-        if isinstance(e, StallocError):
-            print(f"stalloc {args.command}: {e}", file=sys.stderr)
-            return 2
-        raise
+
+# What input parsing raises for a bad file or a number out of range, besides StallocError.
+INPUT_ERRORS = (OSError, ValueError, RuntimeError, ArithmeticError, EOFError, LookupError,
+                zipfile.BadZipFile, MemoryError)
+
+
+def describe(e: BaseException) -> str:
+    """One line for an exception the command line reports."""
+    from .errors import StallocError
+
+    text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, (StallocError,) + INPUT_ERRORS):
+        if isinstance(e, (ArithmeticError, EOFError, LookupError, zipfile.BadZipFile)):
+            return f"{text} ({type(e).__name__}: the input is damaged or out of range)"
+        return text
+    return f"internal error ({type(e).__name__}): {text} (STALLOC_DEBUG=1 shows the traceback)"

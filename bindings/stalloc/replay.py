@@ -15,7 +15,7 @@ from ._lib import ffi, lib
 from .errors import check as _check
 from .trace import Trace
 
-__all__ = ["RESULT_KEYS", "replay"]
+__all__ = ["RESULT_KEYS", "replay", "ForeignPlanWarning", "foreign_plan_warning"]
 
 RESULT_KEYS = (
     "peak_allocated", "peak_reserved", "fragmentation", "hits", "misses", "fallbacks",
@@ -57,6 +57,26 @@ def _online_params(o, online: dict) -> None:
         setattr(o.online_params, k, v)
 
 
+class ForeignPlanWarning(UserWarning):
+    """The plan was made for another trace (its fingerprint does not match): the replay stays
+    safe, but most requests miss the plan."""
+
+
+def foreign_plan_warning(plan, trace) -> str | None:
+    """Warns (ForeignPlanWarning) when ``plan`` was not made for ``trace``; returns the message."""
+    import warnings
+
+    from .errors import PlanMismatchError
+
+    try:
+        plan.check(trace)
+    except PlanMismatchError as e:
+        msg = f"the plan was made for another trace ({e}); replaying safely, but expect misses"
+        warnings.warn(msg, ForeignPlanWarning, stacklevel=3)
+        return msg
+    return None
+
+
 def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
            check_overlap: bool = True, use_steps: bool = True, alignment: int = 0,
            timeline_points: int = 0, online=False, steps: bool = False,
@@ -89,6 +109,8 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
         raise ValueError("an online replay makes its own plans: give no plan")
     t = _as_trace(trace)
     p = _as_plan(plan)
+    if p is not None:
+        foreign_plan_warning(p, t)
     o = ffi.new("stalloc_replay_options_t*")
     lib.stalloc_replay_options_init(o)
     o.backend = lib.STALLOC_BACKEND_HOST if backend == "host" else lib.STALLOC_BACKEND_VIRTUAL
