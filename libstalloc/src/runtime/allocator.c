@@ -595,15 +595,16 @@ stalloc_status_t stalloc_allocator_online_start(stalloc_allocator_t* a, const st
 }
 
 stalloc_status_t stalloc_allocator_online_info(stalloc_allocator_t* a, stalloc_online_info_t* info) {
-  if (!a || !info || info->struct_size < sizeof(size_t))
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_info: NULL argument or info not initialised");
+  if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_info: NULL allocator");
+  stalloc_status_t s = st_struct_check(info, "online_info: info");
+  if (s) return s;
   LOCK(a);
-  stalloc_status_t s = STALLOC_OK;
   if (a->online) {
     s = st_online_info(a->online, info);
-  } else {
-    size_t keep = info->struct_size;
-    memset((char*)info + sizeof(size_t), 0, ST_MIN(keep, sizeof(stalloc_online_info_t)) - sizeof(size_t));
+  } else { /* off: every field 0 */
+    stalloc_online_info_t off;
+    stalloc_online_info_init(&off);
+    st_struct_write(info, &off, sizeof off);
   }
   UNLOCK(a);
   return s;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/struct_size.h"
 #include "base/u64map.h"
 #include "plan/planner.h"
 #include "runtime/online.h"
@@ -94,13 +95,8 @@ stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_
                                   bool growable, st_online** out) {
   stalloc_online_params_t p;
   stalloc_online_params_init(&p);
-  if (params) {
-    if (params->struct_size < sizeof(size_t))
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: params.struct_size is %zu: call stalloc_online_params_init first",
-                     params->struct_size);
-    size_t n = ST_MIN(params->struct_size, sizeof p);
-    memcpy((char*)&p + sizeof(size_t), (const char*)params + sizeof(size_t), n - sizeof(size_t));
-  }
+  stalloc_status_t s = st_struct_read(&p, sizeof p, params, "online_start: params");
+  if (s) return s;
   if (p.record_steps < 2 || p.replan_steps < 1 || p.replan_after < 1)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: record_steps must be at least 2 (the first is warm-up), replan_steps and replan_after at least 1");
   if (!(p.time_limit >= 0 && p.time_limit <= 3600) || !(p.replan_miss_share >= 0 && p.replan_miss_share <= 1))
@@ -457,8 +453,7 @@ stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info
   v.steps = on->steps;
   v.plan_records = on->record_count;
   v.recording = on->recording;
-  size_t n = ST_MIN(info->struct_size, sizeof v);
-  memcpy((char*)info + sizeof(size_t), (char*)&v + sizeof(size_t), n - sizeof(size_t));
+  st_struct_write(info, &v, sizeof v);
   return STALLOC_OK;
 }
 
