@@ -100,12 +100,25 @@ def cpu_snapshot() -> str:
     return "record_snapshot.py loads"
 
 
+def cpu_transformers() -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_transformers", HERE / "check_transformers.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    have = importlib.util.find_spec("transformers") is not None
+    return ("check_transformers.py loads; transformers is installed" if have else
+            "check_transformers.py loads; transformers is not installed here (the GPU run needs it)")
+
+
 CHECKS = [
     # name, what it covers, GPU command (script, args), CPU part
     ("cuda_backend", "CUDA backend: data, streams, plan replay, latency",
      ["check_cuda_backend.py"], cpu_cuda_backend),
     ("torch_backend", "stalloc vs PyTorch default and expandable_segments: losses, peaks, step time",
      ["check_torch_backend.py", "--steps", "50"], cpu_torch_backend),
+    ("transformers", "Llama and Mixtral (eager experts), plain, dynamic padding, eval pass: "
+                     "stalloc vs PyTorch default and expandable_segments",
+     ["check_transformers.py", "--steps", "50"], cpu_transformers),
     ("two_streams", "record_stream: a side stream reads what the main stream freed",
      ["check_two_streams.py"], cpu_two_streams),
     ("torch_sim", "the PyTorch simulator vs torch.cuda.max_memory_reserved()",

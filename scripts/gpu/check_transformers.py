@@ -1,0 +1,140 @@
+"""GPU check on transformers' Llama and Mixtral (eager experts, so tensor sizes follow the
+routing), built from configs with random weights: stalloc (torch_backend.enable(), the online
+lifecycle) against PyTorch's default allocator and expandable_segments:True, each in its own
+process, 50 steps each, trained plainly, with dynamic padding (each batch padded to its longest
+sample) and with an evaluation pass every 5 steps. Reports peak allocated and reserved, waste
+against expandable segments', median step time, and whether the losses match step by step.
+
+    python scripts/gpu/check_transformers.py [--steps 50] [--out results.json]
+    python scripts/gpu/check_transformers.py --device cpu --tiny --steps 3   # smoke test, PyTorch only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODES = ("pytorch", "pytorch-expandable", "stalloc")
+RUNS = [(m, v) for m in ("llama", "mixtral") for v in ("plain", "dynpad", "eval")]
+EVAL_EVERY = 5
+
+
+def build(name: str, tiny: bool, device: str):
+    """The model, from tools/make_traces.py's configs (GPU-sized unless tiny)."""
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import make_traces
+
+    s = make_traces.sizes(True) if tiny else dict(
+        hidden=1024, inter=2816, layers=8, heads=16, kv_heads=4, vocab=8192, seq=512, batch=8,
+        moe_inter=1408)
+    return make_traces.build_model(name, s).to(device), s
+
+
+def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: bool) -> dict:
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    if mode == "pytorch-expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    import numpy as np
+    import torch
+
+    if mode == "stalloc":
+        from stalloc.integrations import torch_backend
+
+        torch_backend.enable()
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model, s = build(name, tiny, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = np.random.default_rng(1)
+    gen = torch.Generator().manual_seed(2)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    losses, times = [], []
+    for step in range(steps):
+        length = s["seq"]
+        if variant == "dynpad":
+            length = int(rng.integers(max(1, s["seq"] // 4), s["seq"] + 1, size=s["batch"]).max())
+        ids = torch.randint(0, s["vocab"], (s["batch"], length), generator=gen).to(device)
+        sync()
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        sync()
+        times.append(time.perf_counter() - t0)
+        if variant == "eval" and step % EVAL_EVERY == EVAL_EVERY - 1:
+            model.eval()
+            with torch.no_grad():
+                e = torch.randint(0, s["vocab"], (2 * s["batch"], s["seq"] // 2), generator=gen).to(device)
+                losses.append(float(model(input_ids=e, labels=e).loss))
+            model.train()
+            if mode == "stalloc":
+                torch_backend.step()  # the evaluation pass is a step of its own
+    if mode == "stalloc":
+        st = torch_backend.memory_stats()
+        peak_alloc, peak_res = st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"]
+    elif device == "cuda":
+        peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    else:
+        peak_alloc = peak_res = 0
+    return {"model": name, "variant": variant, "mode": mode, "losses": losses,
+            "median_step_s": statistics.median(times[min(5, len(times) - 1):]),
+            "peak_allocated": peak_alloc, "peak_reserved": peak_res,
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--tiny", action="store_true", help="small configs (a CPU smoke test)")
+    ap.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "MODE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(*args.child, args.steps, args.device, args.tiny)))
+        return 0
+    modes = MODES if args.device == "cuda" else ("pytorch",)  # stalloc needs a GPU
+    results, ok = [], True
+    for name, variant in RUNS:
+        runs = {}
+        for mode in modes:
+            cmd = [sys.executable, __file__, "--steps", str(args.steps), "--device", args.device,
+                   "--child", name, variant, mode] + (["--tiny"] if args.tiny else [])
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode != 0:
+                print(out.stderr, file=sys.stderr)
+                return 1
+            runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(runs[mode])
+        base = runs["pytorch"]
+        print(f"\n{name} {variant} on {base['device']}, {args.steps} steps")
+        print(f"{'allocator':<20} {'peak alloc MiB':>15} {'peak reserved MiB':>18} {'waste MiB':>10} "
+              f"{'waste/expandable':>17} {'step ms':>8} {'losses equal':>13}")
+        exp = runs.get("pytorch-expandable")
+        exp_waste = exp["peak_reserved"] - exp["peak_allocated"] if exp else 0
+        for mode, r in runs.items():
+            waste = r["peak_reserved"] - r["peak_allocated"]
+            r["waste_vs_expandable"] = waste / exp_waste if exp_waste else float("nan")
+            same = r["losses"] == base["losses"]
+            print(f"{mode:<20} {r['peak_allocated'] / 2**20:>15.1f} {r['peak_reserved'] / 2**20:>18.1f} "
+                  f"{waste / 2**20:>10.1f} {r['waste_vs_expandable']:>17.2f} "
+                  f"{r['median_step_s'] * 1e3:>8.2f} {str(same):>13}")
+            if mode == "stalloc":
+                ok &= same
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    print("\nacceptance (stalloc's losses equal PyTorch's step by step):", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
