@@ -319,7 +319,7 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
     } else if (e->kind == STALLOC_EVENT_FREE) {
       if (e->flags & STALLOC_EVENT_FLAG_UNMATCHED) continue;
       uint64_t v;
-      if (!u64map_remove(&ids, e->id, &v)) continue; /* a size-0 alloc */
+      if (!u64map_remove(&ids, e->id, &v) || v == 0 || v > next_req) continue; /* a size-0 alloc */
       live_req* r = &reqs[v - 1];
       if (o.check_data && !intact(r->ptr, r->size, e->id)) {
         s = st_fail(STALLOC_ERR_INTERNAL, "replay: event %zu: block %p of request %llu was overwritten while live",

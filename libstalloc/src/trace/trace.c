@@ -68,6 +68,7 @@ static stalloc_status_t pair_event(stalloc_trace_t* t, stalloc_event_t* e, size_
         t->unmatched_frees++;
         return STALLOC_OK;
       }
+      if (e->id == 0) return st_fail(STALLOC_ERR_BAD_FORMAT, "event %zu: free with request id 0", index);
       uint64_t* slot = u64map_get(&t->live, e->id);
       if (!slot)
         return st_fail(STALLOC_ERR_BAD_FORMAT,
