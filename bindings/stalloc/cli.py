@@ -5,13 +5,25 @@ Errors print one line on stderr and exit 2."""
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
+import pickle
 import pkgutil
+import struct
 import sys
+import warnings
+import zipfile
+import zlib
 
 from . import __version__, commands
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "INPUT_ERRORS"]
+
+# What a command raises on bad input or a failed call: each becomes one line on stderr and exit
+# status 2 (StallocError is among them: each subclasses one of these or is caught by name).
+INPUT_ERRORS = (OSError, ValueError, RuntimeError, ArithmeticError, LookupError, EOFError,
+                TypeError, zipfile.BadZipFile, pickle.UnpicklingError, struct.error, zlib.error,
+                csv.Error)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,15 +56,18 @@ def main(argv=None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
-    try:
-        return args.func(args)
-    except (OSError, ValueError, RuntimeError) as e:
-        print(f"stalloc {args.command}: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # a StallocError not covered above
-        from .errors import StallocError
+    from .errors import StallocError
 
-        if isinstance(e, StallocError):
-            print(f"stalloc {args.command}: {e}", file=sys.stderr)
-            return 2
-        raise
+    def one_line_warning(message, category, *rest):
+        print(f"stalloc {args.command}: warning: {message}", file=sys.stderr)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line_warning
+            return args.func(args)
+    except (StallocError, *INPUT_ERRORS) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, KeyError) and e.args:
+            message = str(e.args[0])
+        print(f"stalloc {args.command}: {message}", file=sys.stderr)
+        return 2

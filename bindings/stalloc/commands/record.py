@@ -27,8 +27,11 @@ def _python_argv(command: list[str]) -> list[str]:
 
 
 def run(args) -> int:
-    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    cmd = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     script = _python_argv(cmd)
+    from ..capture import check_output
+
+    check_output(args.output)  # before the run: a recording that cannot be written is lost
     # A child interpreter, so the script runs as __main__ exactly as it would without us.
     child = [sys.executable, "-m", "stalloc.capture", "-o", args.output]
     if args.steps:
@@ -50,5 +53,6 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="trace file to write")
     p.add_argument("--steps", type=int, help="stop recording after this many optimizer steps")
     p.add_argument("--json", action="store_true", help="print the trace summary as JSON")
-    p.add_argument("command", nargs="...", help="-- python train.py ARGS")
+    # dest "argv": "command" is the subcommand's name, which the CLI's error lines start with
+    p.add_argument("argv", nargs="...", metavar="command", help="-- python train.py ARGS")
     p.set_defaults(func=run)
