@@ -11,7 +11,7 @@ from importlib import resources
 from ._lib import ffi, lib, library_path
 from .allocator import Allocator, Stats
 from .errors import (
-    BackendError, BadFormatError, CancelledError, DoubleFreeError, InternalError,
+    BackendError, BadFormatError, CancelledError, DoubleFreeError, ForeignPlanWarning, InternalError,
     InvalidArgumentError, NoDeviceError, OutOfMemoryError, PlanMismatchError, StallocError,
     StallocIOError, TruncatedError, UnknownPointerError, UnsupportedError, VersionError,
 )
@@ -43,5 +43,5 @@ __all__ = [
     "StallocError", "InvalidArgumentError", "OutOfMemoryError", "DoubleFreeError",
     "UnknownPointerError", "BadFormatError", "TruncatedError", "VersionError",
     "PlanMismatchError", "NoDeviceError", "BackendError", "CancelledError", "StallocIOError",
-    "UnsupportedError", "InternalError", "Plan", "PlanInfo", "plan", "replay",
+    "UnsupportedError", "InternalError", "ForeignPlanWarning", "Plan", "PlanInfo", "plan", "replay",
 ]

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 
 from ._handle import OwnedHandle
 from ._lib import ffi, lib
-from .errors import check
+from .errors import InvalidArgumentError, check
+
+_U64_END = 1 << 64
+
+
+def u64(name: str, value) -> int:
+    """value as an int in [0, 2**64), or InvalidArgumentError naming it: C would take such a
+    pointer or size modulo 2**64 (a.free(p + 2**64) freed p)."""
+    v = operator.index(value)
+    if not 0 <= v < _U64_END:
+        raise InvalidArgumentError(f"{name} {v} is out of range (0 <= {name} < 2**64)")
+    return v
+
+
+def _ptr(name: str, value):
+    return ffi.cast("void*", u64(name, value))
 
 __all__ = ["BACKENDS", "Stats", "make_options", "Allocator"]
 
@@ -74,7 +90,7 @@ def make_options(backend: str | None = None, device: int | None = None,
                         ("tiny_alignment", tiny_alignment),
                         ("growable_pool", None if growable_pool is None else int(bool(growable_pool)))):
         if value is not None:
-            setattr(opts, name, value)
+            setattr(opts, name, value if name in ("device", "growable_pool") else u64(name, value))
     return opts
 
 
@@ -111,26 +127,37 @@ class Allocator(OwnedHandle):
     def alloc(self, size: int, stream: int = 0) -> int:
         """Allocates size bytes; returns the address as an int (0 for size 0)."""
         out = ffi.new("void**")
-        check(lib.stalloc_allocator_alloc(self._h(), size, self.device, stream, out))
+        check(lib.stalloc_allocator_alloc(self._h(), u64("size", size), self.device,
+                                          u64("stream", stream), out))
         return int(ffi.cast("uintptr_t", out[0]))
 
     def free(self, ptr: int, size: int | None = None, stream: int | None = None) -> None:
         """Frees ptr; with size (and stream), the sized form that checks the size."""
-        p = ffi.cast("void*", ptr)
+        p = _ptr("pointer", ptr)
         if size is None:
             check(lib.stalloc_allocator_free(self._h(), p))
         else:
-            check(lib.stalloc_allocator_free_sized(self._h(), p, size, self.device, stream or 0))
+            check(lib.stalloc_allocator_free_sized(self._h(), p, u64("size", size), self.device,
+                                                   u64("stream", stream or 0)))
 
     def block_size(self, ptr: int) -> int:
         out = ffi.new("size_t*")
-        check(lib.stalloc_allocator_block_size(self._h(), ffi.cast("void*", ptr), out))
+        check(lib.stalloc_allocator_block_size(self._h(), _ptr("pointer", ptr), out))
         return out[0]
 
     def buffer(self, ptr: int, size: int):
-        """A writable memoryview over host-accessible memory (host backend only)."""
+        """A writable memoryview over the first size bytes of the live block at ptr (host
+        backend only). The view is valid until that block is freed or the allocator closed."""
+        self._h()
         if self.backend != "host":
             raise ValueError(f"the {self.backend} backend's memory is not readable from Python")
+        ptr, size = u64("pointer", ptr), u64("size", size)
+        if ptr == 0 and size == 0:
+            return memoryview(bytearray())  # what alloc(0) gives
+        block = self.block_size(ptr)  # UnknownPointerError unless a live block starts at ptr
+        if size > block:
+            raise InvalidArgumentError(
+                f"buffer: {size} bytes at {ptr:#x} run past its live block of {block} bytes")
         return memoryview(ffi.buffer(ffi.cast("char*", ptr), size))
 
     def stats(self) -> Stats:
@@ -145,11 +172,11 @@ class Allocator(OwnedHandle):
     def record_stream(self, ptr: int, stream: int) -> None:
         """The block is also used on ``stream``: once freed, nobody reuses it before that
         stream's work queued up to the free is done."""
-        check(lib.stalloc_allocator_record_stream(self._h(), ffi.cast("void*", ptr), stream))
+        check(lib.stalloc_allocator_record_stream(self._h(), _ptr("pointer", ptr), u64("stream", stream)))
 
     def set_memory_limit(self, limit: int) -> None:
         """Most bytes this allocator may reserve from now on (0: no limit)."""
-        check(lib.stalloc_allocator_set_memory_limit(self._h(), limit))
+        check(lib.stalloc_allocator_set_memory_limit(self._h(), u64("limit", limit)))
 
     def device_memory(self) -> int:
         """Total memory of the allocator's device (GPU memory, host RAM, the virtual range)."""
@@ -167,7 +194,7 @@ class Allocator(OwnedHandle):
 
     def step(self, n: int) -> None:
         """Marks the start of training step n."""
-        check(lib.stalloc_allocator_step_begin(self._h(), n))
+        check(lib.stalloc_allocator_step_begin(self._h(), u64("step", n)))
 
     def online_start(self, **params) -> None:
         """Starts the online lifecycle (docs/online.md): record the first steps, plan them in the

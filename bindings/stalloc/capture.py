@@ -103,10 +103,24 @@ def record(path, steps: int | None = None, hook_optimizer: bool = True, device=N
     return Recorder(path, steps=steps, hook_optimizer=hook_optimizer, device=device)
 
 
+def check_output(output) -> None:
+    """Raises OSError unless a trace file can be written at ``output`` (its folder exists and
+    is writable), so that a run is not recorded only to be lost at the end."""
+    path = os.fspath(output)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{path}: no such directory {folder}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"{path}: cannot write in {folder}")
+
+
 def run_script(output, argv: list[str], steps: int | None = None) -> "Recorder":
     """Runs ``argv`` (``script.py args`` or ``-m module args``) as __main__ under a recorder."""
     if not argv:
         raise ValueError("nothing to run: give a script (train.py ...) or -m module")
+    check_output(output)
     rec = Recorder(output, steps=steps)
     saved_argv = sys.argv
     rec.start()
@@ -141,7 +155,7 @@ def main(argv=None) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         rec = run_script(args.output, cmd, steps=args.steps)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         print(f"stalloc record: {e}", file=sys.stderr)
         return 2
     s = rec.trace.summary()

@@ -5,15 +5,25 @@ Errors print one line on stderr and exit 2."""
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
-import os
+import pickle
 import pkgutil
+import struct
 import sys
+import warnings
 import zipfile
+import zlib
 
 from . import __version__, commands
 
-__all__ = ["INPUT_ERRORS", "build_parser", "describe", "main"]
+__all__ = ["build_parser", "main", "INPUT_ERRORS"]
+
+# What a command raises on bad input or a failed call: each becomes one line on stderr and exit
+# status 2 (StallocError is among them: each subclasses one of these or is caught by name).
+INPUT_ERRORS = (OSError, ValueError, RuntimeError, ArithmeticError, LookupError, EOFError,
+                TypeError, zipfile.BadZipFile, pickle.UnpicklingError, struct.error, zlib.error,
+                csv.Error)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,35 +56,18 @@ def main(argv=None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
-    import warnings
-
-    # A warning is one line too, naming the command.
-    warnings.showwarning = lambda message, category, *rest, **kw: print(
-        f"stalloc {args.command}: warning: {message}", file=sys.stderr)
-    try:
-        return args.func(args)
-    except Exception as e:
-        # Every failure is one line and exit 2: bad input (files that are not what they claim,
-        # numbers out of range, truncated archives) and library errors alike. Anything else is
-        # a bug of ours: still one line, with the way to see the traceback.
-        if os.environ.get("STALLOC_DEBUG"):
-            raise
-        print(f"stalloc {args.command}: {describe(e)}", file=sys.stderr)
-        return 2
-
-
-# What input parsing raises for a bad file or a number out of range, besides StallocError.
-INPUT_ERRORS = (OSError, ValueError, RuntimeError, ArithmeticError, EOFError, LookupError,
-                zipfile.BadZipFile, MemoryError)
-
-
-def describe(e: BaseException) -> str:
-    """One line for an exception the command line reports."""
     from .errors import StallocError
 
-    text = " ".join(str(e).split()) or type(e).__name__
-    if isinstance(e, (StallocError,) + INPUT_ERRORS):
-        if isinstance(e, (ArithmeticError, EOFError, LookupError, zipfile.BadZipFile)):
-            return f"{text} ({type(e).__name__}: the input is damaged or out of range)"
-        return text
-    return f"internal error ({type(e).__name__}): {text} (STALLOC_DEBUG=1 shows the traceback)"
+    def one_line_warning(message, category, *rest):
+        print(f"stalloc {args.command}: warning: {message}", file=sys.stderr)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line_warning
+            return args.func(args)
+    except (StallocError, *INPUT_ERRORS) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, KeyError) and e.args:
+            message = str(e.args[0])
+        print(f"stalloc {args.command}: {message}", file=sys.stderr)
+        return 2

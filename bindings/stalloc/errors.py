@@ -97,6 +97,10 @@ _BY_STATUS = {
 }
 
 
+class ForeignPlanWarning(UserWarning):
+    """A plan replayed or compared against a trace it was not made for (Plan.check fails)."""
+
+
 def error_for(status: int) -> StallocError:
     """The exception for a failed call, carrying the library's message."""
     detail = ffi.string(lib.stalloc_last_error()).decode("utf-8", "replace")

@@ -133,4 +133,6 @@ def load_trace(path, fmt: str | None = None) -> Trace:
         loader = FORMATS[fmt]
     except KeyError:
         raise ValueError(f"unknown trace format {fmt!r} (one of {', '.join(sorted(FORMATS))})") from None
-    return loader(path)
+    trace = loader(path)
+    trace.path = path  # names the trace in warnings (ForeignPlanWarning)
+    return trace

@@ -99,7 +99,9 @@ class Plan:
         """Reads and validates a plan file; damaged files raise a BadFormatError subclass."""
         out = ffi.new("stalloc_plan_t**")
         check(lib.stalloc_plan_load(os.fsencode(os.fspath(path)), out))
-        return cls(out[0])
+        plan = cls(out[0])
+        plan.path = os.fspath(path)  # names the plan in warnings (ForeignPlanWarning)
+        return plan
 
     def save(self, path) -> None:
         """Writes the plan file (atomically)."""

@@ -8,14 +8,16 @@ from a plan when one is given, and is checked after every alloc for overlapping 
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
 from ._lib import ffi, lib
-from .errors import check as _check
+from .errors import ForeignPlanWarning, PlanMismatchError, check as _check
 from .trace import Trace
 
-__all__ = ["RESULT_KEYS", "replay", "ForeignPlanWarning", "foreign_plan_warning"]
+__all__ = ["ONLINE_DEFAULTS", "PLAN_RECORD_KEYS", "RESULT_KEYS", "STEP_KEYS", "replay",
+           "warn_if_foreign"]
 
 RESULT_KEYS = (
     "peak_allocated", "peak_reserved", "fragmentation", "hits", "misses", "fallbacks",
@@ -30,6 +32,23 @@ def _as_trace(trace) -> Trace:
     from .load import load_trace
 
     return load_trace(os.fspath(trace))
+
+
+def warn_if_foreign(plan, trace, trace_name=None, stacklevel: int = 3) -> bool:
+    """Warns (ForeignPlanWarning) and returns True when ``plan`` was not made for ``trace``'s
+    allocs (Plan.check): its hits and misses would be those of another run."""
+    try:
+        plan.check(trace)
+        return False
+    except PlanMismatchError as e:
+        pname = getattr(plan, "path", None)
+        tname = trace_name or getattr(trace, "path", None)
+        pname = f"plan {pname}" if pname else "the plan"
+        tname = f"trace {tname}" if tname else "this trace"
+        warnings.warn(f"{pname} was not made for {tname} ({e}); "
+                      f"its figures are those of a foreign plan", ForeignPlanWarning,
+                      stacklevel=stacklevel)
+        return True
 
 
 def _as_plan(plan):
@@ -55,26 +74,6 @@ def _online_params(o, online: dict) -> None:
         raise ValueError(f"unknown online parameter(s): {', '.join(sorted(unknown))}")
     for k, v in online.items():
         setattr(o.online_params, k, v)
-
-
-class ForeignPlanWarning(UserWarning):
-    """The plan was made for another trace (its fingerprint does not match): the replay stays
-    safe, but most requests miss the plan."""
-
-
-def foreign_plan_warning(plan, trace) -> str | None:
-    """Warns (ForeignPlanWarning) when ``plan`` was not made for ``trace``; returns the message."""
-    import warnings
-
-    from .errors import PlanMismatchError
-
-    try:
-        plan.check(trace)
-    except PlanMismatchError as e:
-        msg = f"the plan was made for another trace ({e}); replaying safely, but expect misses"
-        warnings.warn(msg, ForeignPlanWarning, stacklevel=3)
-        return msg
-    return None
 
 
 def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
@@ -110,7 +109,7 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
     t = _as_trace(trace)
     p = _as_plan(plan)
     if p is not None:
-        foreign_plan_warning(p, t)
+        warn_if_foreign(p, t, None if isinstance(trace, Trace) else os.fspath(trace))
     o = ffi.new("stalloc_replay_options_t*")
     lib.stalloc_replay_options_init(o)
     o.backend = lib.STALLOC_BACKEND_HOST if backend == "host" else lib.STALLOC_BACKEND_VIRTUAL

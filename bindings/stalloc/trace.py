@@ -7,6 +7,7 @@ read-only numpy views into it. File format: docs/trace-format.md.
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from ._handle import OwnedHandle
 from ._lib import ffi, lib
-from .errors import check
+from .errors import InvalidArgumentError, check
 
 __all__ = [
     "ALLOC", "FREE", "STEP", "ALLOC_FAILED", "FLAG_UNMATCHED", "EVENT_DTYPE", "REQUEST_DTYPE",
@@ -95,6 +96,9 @@ class Trace:
             check(lib.stalloc_trace_create(out))
             _handle = out[0]
         self._handle = ffi.gc(_handle, lib.stalloc_trace_destroy)
+        # The _View objects behind arrays handed out by .events and .requests, while any
+        # array over them lives: append may move the C arrays, so it refuses while one does.
+        self._views = weakref.WeakSet()
 
     @classmethod
     def load(cls, path) -> "Trace":
@@ -111,8 +115,14 @@ class Trace:
         return t
 
     def append(self, events) -> None:
+        """Adds events. Refused while an array from .events or .requests is alive: those are
+        views of memory that appending may move (copy them with np.array to keep them)."""
         arr = np.ascontiguousarray(events, dtype=EVENT_DTYPE)
         if len(arr):
+            if len(self._views):
+                raise InvalidArgumentError(
+                    "trace: cannot append while arrays from .events or .requests are alive "
+                    "(appending moves the memory they view); copy them with np.array or drop them")
             ptr = ffi.cast("const stalloc_event_t*", arr.ctypes.data)
             check(lib.stalloc_trace_append(self._handle, ptr, len(arr)))
 
@@ -150,7 +160,10 @@ class Trace:
 
     def _view(self, cptr, n: int, dtype: np.dtype) -> np.ndarray:
         address = int(ffi.cast("uintptr_t", cptr))
-        arr = np.asarray(_View(self, address, n, dtype)).view(dtype)
+        view = _View(self, address, n, dtype)
+        if n:
+            self._views.add(view)
+        arr = np.asarray(view).view(dtype)
         arr.flags.writeable = False
         return arr
 

@@ -137,3 +137,48 @@ def test_environment_options_are_read():
     env["STALLOC_ALIGNMENT"] = "banana"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert "ignoring STALLOC_ALIGNMENT=banana" in out.stderr
+
+
+def test_pointers_and_sizes_are_range_checked_not_wrapped():
+    # issue 13 item 3: a.free(p + 2**64) freed p, a.free(2**64) was a silent no-op
+    with stalloc.Allocator() as a:
+        p = a.alloc(64)
+        for bad in (p + 2**64, 2**64, -1, -p):
+            with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+                a.free(bad)
+            with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+                a.block_size(bad)
+            with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+                a.record_stream(bad, 1)
+        with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+            a.free(p, size=2**64 + 64)
+        with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+            a.alloc(2**64 + 8)
+        with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+            a.set_memory_limit(-1)
+        with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+            a.buffer(p, 2**64)
+        with pytest.raises(stalloc.InvalidArgumentError, match="out of range"):
+            stalloc.Allocator(memory_limit=2**64)
+        assert a.block_size(p) == 64  # p is still live
+        a.free(p)
+
+
+def test_buffer_only_inside_a_live_block_of_an_open_allocator():
+    # issue 13 item 2: each of these killed the interpreter
+    a = stalloc.Allocator()
+    p = a.alloc(64)
+    assert len(a.buffer(p, 64)) == 64
+    with pytest.raises(stalloc.UnknownPointerError):
+        a.buffer(0, 16)
+    with pytest.raises(stalloc.InvalidArgumentError, match="run past"):
+        a.buffer(p, 1 << 30)
+    with pytest.raises(stalloc.StallocError):
+        a.buffer(p + 8, 8)  # not a block's start
+    a.free(p)
+    with pytest.raises(stalloc.StallocError):
+        a.buffer(p, 16)  # freed
+    assert len(a.buffer(0, 0)) == 0  # what alloc(0) gives
+    a.close()
+    with pytest.raises(ValueError, match="closed"):
+        a.buffer(p, 16)

@@ -56,12 +56,12 @@ def test_a_foreign_plan_is_named_in_a_warning(tmp_path):
         out = run_cli(cmd, TRACES / "gpt2_plain.npz", "--plan", tmp_path / "llama.stplan")
         assert out.returncode == 0, out.stderr
         lines = [l for l in out.stderr.splitlines() if l]
-        assert lines and all(l.startswith(f"stalloc {cmd}: warning: the plan was made for another trace")
+        assert lines and all(l.startswith(f"stalloc {cmd}: warning: ") and "was not made for" in l
                              for l in lines), out.stderr
     import importlib
 
     foreign = importlib.import_module("stalloc.replay").ForeignPlanWarning
-    with pytest.warns(foreign, match="another trace"):
+    with pytest.warns(foreign, match="was not made for"):
         stalloc.replay(stalloc.load_trace(TRACES / "gpt2_plain.npz"), tmp_path / "llama.stplan")
 
 

@@ -118,3 +118,36 @@ def test_million_events_load_quickly(tmp_path):
     path = tmp_path / "big.stalloc"
     stalloc.Trace.from_events(ev).save(path)
     assert np.array_equal(stalloc.Trace.load(path).events, ev)
+
+
+def test_free_of_request_id_0_is_refused(tmp_path):
+    # issue 13 item 1: the id map's empty key paired this free with the first request
+    ev = np.array([(1, 64, 0, 0, 0, 0, 1, 0), (0, 0, 0, 0, 0, 0, 2, 0)], dtype=stalloc.EVENT_DTYPE)
+    assert ev["kind"].tolist() == [ALLOC, FREE]
+    with pytest.raises(stalloc.BadFormatError, match="event 1: free with request id 0"):
+        stalloc.Trace.from_events(ev)
+    with stalloc.TraceWriter(tmp_path / "zero.stalloc") as w:  # the writer does not pair
+        w.append(ev)
+    with pytest.raises(stalloc.BadFormatError, match="request id 0"):
+        stalloc.Trace.load(tmp_path / "zero.stalloc")
+
+
+def test_views_never_outlive_their_memory():
+    # issue 13 item 2: append moved the C array under an earlier view (use after free)
+    ev = np.zeros(2, dtype=stalloc.EVENT_DTYPE)
+    ev["kind"], ev["id"], ev["size"] = [ALLOC, FREE], [1, 1], [100, 100]
+    t = stalloc.Trace.from_events(ev)
+    view = t.events
+    more = np.tile(ev, 4096)
+    more["id"] = np.repeat(np.arange(2, 4098), 2)
+    with pytest.raises(stalloc.InvalidArgumentError, match="cannot append while arrays"):
+        t.append(more)
+    assert view[0]["id"] == 1 and len(t) == 2
+    copied = np.array(view)
+    sizes = t.requests["size"]  # a view too, through its base
+    del view
+    with pytest.raises(stalloc.InvalidArgumentError):
+        t.append(more)
+    del sizes
+    t.append(more)
+    assert len(t) == 2 + len(more) and copied[0]["id"] == 1

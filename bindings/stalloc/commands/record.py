@@ -29,12 +29,9 @@ def _python_argv(command: list[str]) -> list[str]:
 def run(args) -> int:
     cmd = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     script = _python_argv(cmd)
-    # Fail before the run, not after it: the recording would be lost.
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir):
-        raise FileNotFoundError(f"{args.output}: the folder {out_dir} does not exist")
-    if not os.access(out_dir, os.W_OK):
-        raise PermissionError(f"{args.output}: the folder {out_dir} is not writable")
+    from ..capture import check_output
+
+    check_output(args.output)  # before the run: a recording that cannot be written is lost
     # A child interpreter, so the script runs as __main__ exactly as it would without us.
     child = [sys.executable, "-m", "stalloc.capture", "-o", args.output]
     if args.steps:
@@ -56,6 +53,6 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="trace file to write")
     p.add_argument("--steps", type=int, help="stop recording after this many optimizer steps")
     p.add_argument("--json", action="store_true", help="print the trace summary as JSON")
-    p.add_argument("argv", nargs="...", metavar="-- python train.py ARGS",
-                   help="the training command to run and record")
+    # dest "argv": "command" is the subcommand's name, which the CLI's error lines start with
+    p.add_argument("argv", nargs="...", metavar="command", help="-- python train.py ARGS")
     p.set_defaults(func=run)

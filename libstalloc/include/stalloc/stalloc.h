@@ -286,8 +286,8 @@ typedef struct stalloc_trace_summary {
   uint64_t failed_allocs;
   uint64_t distinct_sizes;
   uint64_t steps;             /* step markers */
-  uint64_t total_bytes;       /* sum of requested bytes over all allocs */
-  uint64_t lower_bound;       /* max over time of live requested bytes */
+  uint64_t total_bytes;       /* sum of requested bytes over all allocs (saturates at UINT64_MAX) */
+  uint64_t lower_bound;       /* max over time of live requested bytes (saturates likewise) */
   uint64_t lower_bound_event; /* the first event index at which the lower bound is reached */
   uint64_t max_request;       /* largest single request */
   uint64_t streams;           /* distinct streams */

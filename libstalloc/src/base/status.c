@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/internal.h"
 
@@ -55,10 +56,14 @@ void stalloc_set_error_callback(stalloc_error_fn fn, void* arg) {
 void st_clear_error(void) { last_error[0] = '\0'; }
 
 stalloc_status_t st_fail(stalloc_status_t status, const char* fmt, ...) {
+  /* Formatted into a copy first: an argument may be stalloc_last_error() itself, the buffer
+   * being written ("%s: ...", stalloc_last_error()), and overlapping vsnprintf is undefined. */
+  char message[sizeof last_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
+  memcpy(last_error, message, sizeof last_error);
   error_handler* h = atomic_load(&current_handler);
   if (h && h->fn) h->fn(status, last_error, h->arg);
   return status;

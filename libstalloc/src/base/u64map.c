@@ -44,7 +44,8 @@ bool u64map_reserve(u64map* m, size_t n) {
 }
 
 bool u64map_put(u64map* m, uint64_t key, uint64_t value) {
-  if (!key || !u64map_reserve(m, m->count + 1)) return false;
+  if (!key) return false; /* 0 marks an empty slot */
+  if (!u64map_reserve(m, m->count + 1)) return false;
   size_t mask = m->capacity - 1;
   size_t j = slot_of(key, mask);
   while (m->slots[j].key && m->slots[j].key != key) j = (j + 1) & mask;
@@ -55,7 +56,7 @@ bool u64map_put(u64map* m, uint64_t key, uint64_t value) {
 }
 
 uint64_t* u64map_get(const u64map* m, uint64_t key) {
-  if (!m->capacity || !key) return NULL; /* 0 marks an empty slot: no entry has it */
+  if (!m->capacity || !key) return NULL; /* key 0 would match an empty slot */
   size_t mask = m->capacity - 1;
   for (size_t j = slot_of(key, mask);; j = (j + 1) & mask) {
     if (m->slots[j].key == key) return &m->slots[j].value;

@@ -21,11 +21,13 @@ typedef struct u64map {
 void u64map_init(u64map* m);
 void u64map_destroy(u64map* m);
 void u64map_clear(u64map* m);
-/* Key 0 marks an empty slot, so no entry has it: put refuses it (false, map unchanged), get and
- * remove find nothing. put is otherwise false only when memory for growing ran out. */
+/* Key 0 marks an empty slot, so it can never be stored: put refuses it (false), get finds
+ * nothing (NULL) and remove removes nothing (false). Callers reject id 0 with their own error. */
+/* false when key is 0 or memory for growing ran out; the map is unchanged then. */
 bool u64map_put(u64map* m, uint64_t key, uint64_t value);
-/* Pointer to the value, or NULL. Valid until the next put or remove. */
+/* Pointer to the value, or NULL (always for key 0). Valid until the next put or remove. */
 uint64_t* u64map_get(const u64map* m, uint64_t key);
+/* false when the key is absent (always for key 0). */
 bool u64map_remove(u64map* m, uint64_t key, uint64_t* value);
 /* Makes room for n entries in total; false when memory ran out. */
 bool u64map_reserve(u64map* m, size_t n);

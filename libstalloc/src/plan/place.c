@@ -315,36 +315,42 @@ typedef struct part {
 } part;
 
 /* Largest live bytes of each item's lifetime within the partition (the ORD_TOTAL key) and
- * the partition's bound. */
-static bool section_totals(placer* p, part* q, uint64_t* item_max) {
+ * the partition's bound. Sums run in 128 bits: 0 when done, 1 when memory ran out, 2 when more
+ * than 2^64 - 1 bytes are live at once (no placement has offsets that big). */
+static int section_totals(placer* p, part* q, uint64_t* item_max) {
   uint32_t ns = q->thi - q->tlo;
-  uint64_t* tot = calloc((size_t)ns + 1, sizeof(uint64_t));
-  if (!tot) return false;
+  unsigned __int128* tot = calloc((size_t)ns + 1, sizeof *tot);
+  if (!tot) return 1;
   for (size_t i = q->b; i < q->e; i++) {
     tot[p->it[i].lo - q->tlo] += p->it[i].size;
     tot[p->it[i].hi - q->tlo] -= p->it[i].size;
   }
-  uint64_t run = 0;
+  unsigned __int128 run = 0;
   q->lb = 0;
   for (uint32_t k = 0; k < ns; k++) {
     run += tot[k];
+    if (run > UINT64_MAX) {
+      free(tot);
+      return 2;
+    }
     tot[k] = run;
-    q->lb = ST_MAX(q->lb, run);
+    q->lb = ST_MAX(q->lb, (uint64_t)run);
   }
   if (item_max)
     for (size_t i = q->b; i < q->e; i++) {
       uint64_t mx = 0;
-      for (uint32_t k = p->it[i].lo; k < p->it[i].hi; k++) mx = ST_MAX(mx, tot[k - q->tlo]);
+      for (uint32_t k = p->it[i].lo; k < p->it[i].hi; k++) mx = ST_MAX(mx, (uint64_t)tot[k - q->tlo]);
       item_max[i - q->b] = mx;
     }
   free(tot);
-  return true;
+  return 0;
 }
 
 static stalloc_status_t construct(placer* p, part* q) {
   size_t m = q->e - q->b;
+  int rc = 0;
   if (m > GREEDY_MAX) {
-    if (!section_totals(p, q, NULL)) goto nomem;
+    if ((rc = section_totals(p, q, NULL))) goto failed;
     stalloc_status_t st = sweep_place(p, q->b, q->e, &q->peak);
     if (st) return st;
     memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
@@ -352,9 +358,9 @@ static stalloc_status_t construct(placer* p, part* q) {
     return STALLOC_OK;
   }
   uint64_t* item_max = malloc(m * sizeof(uint64_t));
-  if (!item_max || !section_totals(p, q, item_max)) {
+  if (!item_max || (rc = section_totals(p, q, item_max))) {
     free(item_max);
-    goto nomem;
+    goto failed;
   }
   q->peak = UINT64_MAX;
   for (int how = 0; how < ORD_COUNT; how++) {
@@ -373,6 +379,10 @@ static stalloc_status_t construct(placer* p, part* q) {
   }
   free(item_max);
   return STALLOC_OK;
+failed:
+  if (rc == 2)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT,
+                   "placement: more than 2^64 - 1 bytes are live at once; no placement fits");
 nomem:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
 }

@@ -45,12 +45,12 @@ enum {
   /* 112..127 reserved, zero */
 };
 
-/* Bytes a file with these counts has; 0 on overflow. */
+/* Bytes a file with these counts has; 0 when that is 2^64 - 1 or more (summed in 128 bits). */
 static uint64_t file_size(uint64_t pro, uint64_t it, uint64_t win, uint64_t rng) {
-  const uint64_t cap = UINT64_MAX / 64;
-  if (pro > cap || it > cap || win > cap || rng > cap) return 0;
-  return HEADER_SIZE + (pro + it) * ENTRY_SIZE + win * WINDOW_SIZE + rng * RANGE_SIZE +
-         TRAILER_SIZE;
+  unsigned __int128 n = (unsigned __int128)HEADER_SIZE + ((unsigned __int128)pro + it) * ENTRY_SIZE +
+                        (unsigned __int128)win * WINDOW_SIZE + (unsigned __int128)rng * RANGE_SIZE +
+                        TRAILER_SIZE;
+  return n >= UINT64_MAX ? 0 : (uint64_t)n;
 }
 
 static void put_entry(uint8_t* p, const st_plan_entry* e, uint64_t end) {
@@ -127,8 +127,11 @@ stalloc_status_t stalloc_plan_save(const stalloc_plan_t* plan, const char* path)
   return s;
 }
 
-static stalloc_status_t parse(const uint8_t* buf, uint64_t len, const char* path,
-                              stalloc_plan* plan) {
+/* The header's checks, on the file's first min(len, HEADER_SIZE) bytes: magic, version,
+ * header size, and counts whose file size fits; *want is that size. The loader runs them
+ * before reading further, so that no other file is read whole. */
+static stalloc_status_t check_header(const uint8_t* buf, uint64_t len, const char* path,
+                                     uint64_t* want_out) {
   if (len < 8 && memcmp(buf, MAGIC, (size_t)len) == 0)
     return st_fail(STALLOC_ERR_TRUNCATED, "%s: truncated plan file (%llu bytes)", path,
                    (unsigned long long)len);
@@ -147,6 +150,24 @@ static stalloc_status_t parse(const uint8_t* buf, uint64_t len, const char* path
   uint64_t pro = get64(buf + H_PROLOGUE), it = get64(buf + H_ITERATION);
   uint64_t win = get64(buf + H_WINDOWS), rng = get64(buf + H_RANGES);
   uint64_t want = file_size(pro, it, win, rng);
+  if (!want)
+    return st_fail(STALLOC_ERR_BAD_FORMAT,
+                   "%s: counts (prologue %llu, iteration %llu, windows %llu, ranges %llu) are too "
+                   "large", path, (unsigned long long)pro, (unsigned long long)it,
+                   (unsigned long long)win, (unsigned long long)rng);
+  for (size_t i = H_SECONDS + 8; i < HEADER_SIZE; i++)
+    if (buf[i]) return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: reserved header bytes are not zero", path);
+  *want_out = want;
+  return STALLOC_OK;
+}
+
+static stalloc_status_t parse(const uint8_t* buf, uint64_t len, const char* path,
+                              stalloc_plan* plan) {
+  uint64_t want = 0;
+  stalloc_status_t hs = check_header(buf, len, path, &want);
+  if (hs) return hs;
+  uint64_t pro = get64(buf + H_PROLOGUE), it = get64(buf + H_ITERATION);
+  uint64_t win = get64(buf + H_WINDOWS), rng = get64(buf + H_RANGES);
   bool has_end = len >= 8 && memcmp(buf + len - 8, END_MARK, 8) == 0;
   if (!want || (has_end && want != len))
     return st_fail(STALLOC_ERR_BAD_FORMAT,
@@ -164,8 +185,6 @@ static stalloc_status_t parse(const uint8_t* buf, uint64_t len, const char* path
   if (crc != get32(tail))
     return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: checksum mismatch (stored %08x, computed %08x)",
                    path, get32(tail), crc);
-  for (size_t i = H_SECONDS + 8; i < HEADER_SIZE; i++)
-    if (buf[i]) return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: reserved header bytes are not zero", path);
 
   plan->pool_size = get64(buf + H_POOL);
   plan->alignment = get64(buf + H_ALIGN);
@@ -210,23 +229,32 @@ stalloc_status_t stalloc_plan_load(const char* path, stalloc_plan_t** out) {
   *out = NULL;
   FILE* f = fopen(path, "rb");
   if (!f) return st_fail(STALLOC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  uint8_t* buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      size_t c = cap ? cap * 2 : 65536;
-      uint8_t* q = realloc(buf, c);
-      if (!q) {
-        free(buf);
-        fclose(f);
-        return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "%s: no memory to read the file", path);
-      }
-      buf = q;
-      cap = c;
+  /* The header first: a file that is no plan is refused after HEADER_SIZE bytes, and the
+   * rest is read only up to the size its counts give (one byte more, to see any excess). */
+  uint8_t* buf = malloc(HEADER_SIZE);
+  if (!buf) {
+    fclose(f);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "%s: no memory to read the file", path);
+  }
+  size_t len = fread(buf, 1, HEADER_SIZE, f), cap = HEADER_SIZE;
+  uint64_t want = 0;
+  stalloc_status_t hs = ferror(f) ? STALLOC_OK : check_header(buf, len, path, &want);
+  if (hs) {
+    free(buf);
+    fclose(f);
+    return hs;
+  }
+  while (!ferror(f) && len == cap && (uint64_t)len <= want) {
+    size_t c = (uint64_t)cap * 2 > want + 1 ? (size_t)(want + 1) : cap * 2;
+    uint8_t* q = realloc(buf, c);
+    if (!q) {
+      free(buf);
+      fclose(f);
+      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "%s: no memory to read the file", path);
     }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
+    buf = q;
+    cap = c;
+    len += fread(buf + len, 1, cap - len, f);
   }
   bool err = ferror(f);
   fclose(f);

@@ -253,6 +253,8 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
 
 /* Looks up a live block; tells a double free from a pointer never given out. Lock held. */
 static stalloc_status_t find_live(stalloc_allocator_t* a, const void* ptr, const char* what, live_block** out) {
+  /* NULL is no block (and the freed ring's empty slots hold 0: no "already freed" for it). */
+  if (!ptr) return st_fail(STALLOC_ERR_UNKNOWN_POINTER, "%s: NULL is not a block", what);
   uint64_t* v = u64map_get(&a->live, (uint64_t)(uintptr_t)ptr);
   if (v) {
     *out = (live_block*)(uintptr_t)*v;

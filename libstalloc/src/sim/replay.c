@@ -99,15 +99,6 @@ static bool intact(const void* p, uint64_t size, uint64_t id) {
 
 /* ---- the replay ---- */
 
-/* Reports a failed alloc or free of event i with the allocator's own message, copied first:
- * the message buffer is the one st_fail writes. */
-static stalloc_status_t fail_with_cause(stalloc_status_t s, const char* what, size_t i, uint64_t size) {
-  char cause[512];
-  strncpy(cause, stalloc_last_error(), sizeof cause - 1);
-  cause[sizeof cause - 1] = '\0';
-  return st_fail(s, "replay: event %zu: %s of %llu bytes: %s", i, what, (unsigned long long)size, cause);
-}
-
 typedef struct live_req {
   void* ptr;
   uint64_t size;
@@ -304,7 +295,8 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
       r->size = e->size;
       s = stalloc_allocator_alloc(a, (size_t)e->size, 0, e->stream, &r->ptr);
       if (s) {
-        s = fail_with_cause(s, "alloc", i, e->size);
+        s = st_fail(s, "replay: event %zu: alloc of %llu bytes: %s", i, (unsigned long long)e->size,
+                    stalloc_last_error()); /* st_fail copies the message it quotes first */
         break;
       }
       if (!r->ptr) continue; /* size 0 */
@@ -327,7 +319,7 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
     } else if (e->kind == STALLOC_EVENT_FREE) {
       if (e->flags & STALLOC_EVENT_FLAG_UNMATCHED) continue;
       uint64_t v;
-      if (!u64map_remove(&ids, e->id, &v)) continue; /* a size-0 alloc */
+      if (!u64map_remove(&ids, e->id, &v) || v == 0 || v > next_req) continue; /* a size-0 alloc */
       live_req* r = &reqs[v - 1];
       if (o.check_data && !intact(r->ptr, r->size, e->id)) {
         s = st_fail(STALLOC_ERR_INTERNAL, "replay: event %zu: block %p of request %llu was overwritten while live",
@@ -336,7 +328,8 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
       }
       if (o.check_overlap) live_remove(&set, (uint64_t)(uintptr_t)r->ptr);
       s = stalloc_allocator_free_sized(a, r->ptr, (size_t)r->size, 0, e->stream);
-      if (s) s = fail_with_cause(s, "free", i, r->size);
+      if (s) s = st_fail(s, "replay: event %zu: free of %llu bytes: %s", i, (unsigned long long)r->size,
+                         stalloc_last_error());
     }
   }
   if (!s && tl.points && trace->event_count) timeline_note(&tl, trace->event_count - 1, a);

@@ -68,6 +68,7 @@ static stalloc_status_t pair_event(stalloc_trace_t* t, stalloc_event_t* e, size_
         t->unmatched_frees++;
         return STALLOC_OK;
       }
+      if (e->id == 0) return st_fail(STALLOC_ERR_BAD_FORMAT, "event %zu: free with request id 0", index);
       uint64_t* slot = u64map_get(&t->live, e->id);
       if (!slot)
         return st_fail(STALLOC_ERR_BAD_FORMAT,
@@ -188,7 +189,8 @@ stalloc_status_t stalloc_trace_summary(const stalloc_trace_t* t, stalloc_trace_s
   if (!scratch) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "trace_summary: no host memory");
   for (size_t i = 0; i < n; i++) {
     const stalloc_request_t* r = &t->requests[i];
-    s.total_bytes += r->size;
+    /* saturates: two requests of 2^63 bytes are not "0 B" */
+    s.total_bytes = r->size > UINT64_MAX - s.total_bytes ? UINT64_MAX : s.total_bytes + r->size;
     s.unfreed_requests += r->free_event == UINT64_MAX;
     if (r->size > s.max_request) s.max_request = r->size;
     scratch[i] = r->size;
@@ -200,14 +202,16 @@ stalloc_status_t stalloc_trace_summary(const stalloc_trace_t* t, stalloc_trace_s
   s.devices = count_distinct(scratch, n);
   free(scratch);
 
-  /* Lower bound: frees carry their alloc's size (pair_event fills it in). */
-  uint64_t live = 0;
+  /* Lower bound: frees carry their alloc's size (pair_event fills it in). Live bytes are
+   * summed exactly in 128 bits; a bound past 2^64 - 1 saturates there. */
+  unsigned __int128 live = 0;
   for (size_t i = 0; i < t->event_count; i++) {
     const stalloc_event_t* e = &t->events[i];
     if (e->kind == STALLOC_EVENT_ALLOC) {
       live += e->size;
-      if (live > s.lower_bound) {
-        s.lower_bound = live;
+      uint64_t now = live > UINT64_MAX ? UINT64_MAX : (uint64_t)live;
+      if (now > s.lower_bound) {
+        s.lower_bound = now;
         s.lower_bound_event = i;
       }
     } else if (e->kind == STALLOC_EVENT_FREE && !(e->flags & STALLOC_EVENT_FLAG_UNMATCHED)) {

@@ -46,6 +46,13 @@ int main(void) {
     count += model[k] != 0;
   }
   CHECK(count == m.count);
+  /* Key 0 marks an empty slot: the API must refuse it rather than match an empty slot. */
+  CHECK(!u64map_put(&m, 0, 5));
+  CHECK(u64map_get(&m, 0) == NULL);
+  uint64_t v0 = 77;
+  CHECK(!u64map_remove(&m, 0, &v0));
+  CHECK(v0 == 77);
+  CHECK(count == m.count);
   u64map_destroy(&m);
   return 0;
 }

@@ -177,6 +177,10 @@ static void test_bad_input(void) {
   st_place_item fixtop[1] = {{0, 1, 16, UINT64_MAX - 8}};
   CHECK_STATUS(st_place(fixtop, 1, &pp, off, NULL), STALLOC_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(st_place(back, 1, &pp, NULL, NULL), STALLOC_ERR_INVALID_ARGUMENT);
+  /* two live items of 2^63 bytes: their sum must not wrap to a bound of 0 (issue 13 item 4) */
+  st_place_item wide[2] = {{0, 2, 1ull << 63, PLACE_FREE}, {1, 3, 1ull << 63, PLACE_FREE}};
+  CHECK_STATUS(st_place(wide, 2, &pp, off, NULL), STALLOC_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(stalloc_last_error(), "2^64"));
   st_place_params neg = {1, -1.0, NULL};
   st_place_item ok[1] = {{0, 1, 1, PLACE_FREE}};
   CHECK_STATUS(st_place(ok, 1, &neg, off, NULL), STALLOC_ERR_INVALID_ARGUMENT);

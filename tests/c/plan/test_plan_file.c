@@ -1,9 +1,14 @@
 /* test_plan_file.c - the plan file: a round trip keeps everything; every truncation, every
  * flipped byte, random bytes, a newer version and a foreign file are rejected with
  * STALLOC_ERR_BAD_FORMAT / _TRUNCATED / _VERSION, never accepted and never a crash. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "check.h"
 #include "planner_traces.h"
@@ -154,8 +159,39 @@ static void test_version_random_foreign(void) {
   stalloc_trace_destroy(t);
 }
 
+/* A non-plan is refused from its header, before the rest is read (issue 13 item 6): the
+ * loader reads from a pipe whose writer sent one header's worth and then waits. A loader that
+ * reads to the end returns only once the writer gives up (5 s) and closes. */
+static atomic_int loaded, writer_closed;
+static void* slow_writer(void* arg) {
+  int fd = open((const char*)arg, O_WRONLY);
+  if (fd < 0) return NULL;
+  char junk[256];
+  memset(junk, 'x', sizeof junk);
+  memcpy(junk, "NOTAPLAN", 8);
+  if (write(fd, junk, sizeof junk) != (ssize_t)sizeof junk) perror("write");
+  for (int i = 0; i < 500 && !atomic_load(&loaded); i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
+  atomic_store(&writer_closed, 1);
+  close(fd);
+  return NULL;
+}
+
+static void test_header_before_body(void) {
+  const char* fifo = path_of("pipe.plan");
+  CHECK(mkfifo(fifo, 0600) == 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, slow_writer, (void*)fifo) == 0);
+  stalloc_plan_t* p = NULL;
+  CHECK_STATUS(stalloc_plan_load(fifo, &p), STALLOC_ERR_BAD_FORMAT);
+  CHECK(strstr(stalloc_last_error(), "bad magic"));
+  CHECK(!atomic_load(&writer_closed)); /* refused while more bytes could still come */
+  atomic_store(&loaded, 1);
+  pthread_join(th, NULL);
+}
+
 int main(void) {
   CHECK(mkdtemp(dir));
+  RUN(test_header_before_body);
   RUN(test_round_trip);
   RUN(test_truncations_and_flips);
   RUN(test_version_random_foreign);

@@ -107,6 +107,37 @@ static void test_checked_append(void) {
   stalloc_event_t wrong_size[2] = {{.id = 3, .size = 10, .kind = STALLOC_EVENT_ALLOC},
                                    {.id = 3, .size = 11, .kind = STALLOC_EVENT_FREE}};
   CHECK_STATUS(stalloc_trace_append(t, wrong_size, 2), STALLOC_ERR_BAD_FORMAT);
+  /* A free of request id 0 (the id map's empty key) is refused, not paired with a request. */
+  stalloc_event_t free0[6] = {{.id = 1, .size = 64, .kind = STALLOC_EVENT_ALLOC},
+                              {.id = 0, .kind = STALLOC_EVENT_FREE},
+                              {.id = 0, .kind = STALLOC_EVENT_FREE},
+                              {.id = 2, .size = 64, .kind = STALLOC_EVENT_ALLOC},
+                              {.id = 3, .size = 64, .kind = STALLOC_EVENT_ALLOC},
+                              {.id = 1, .kind = STALLOC_EVENT_FREE}};
+  stalloc_trace_t* t0;
+  CHECK_OK(stalloc_trace_create(&t0));
+  CHECK_STATUS(stalloc_trace_append(t0, free0, 6), STALLOC_ERR_BAD_FORMAT);
+  CHECK(strstr(stalloc_last_error(), "request id 0") != NULL);
+  CHECK_OK(stalloc_trace_append(t0, free0, 1));
+  CHECK_STATUS(stalloc_trace_append(t0, free0 + 1, 1), STALLOC_ERR_BAD_FORMAT);
+  CHECK_OK(stalloc_trace_append(t0, free0 + 3, 3));
+  stalloc_trace_summary_t sum;
+  stalloc_trace_summary_init(&sum);
+  CHECK_OK(stalloc_trace_summary(t0, &sum));
+  CHECK(sum.lower_bound == 192);
+  stalloc_trace_destroy(t0);
+  /* Two live requests of 2^63 bytes: totals saturate, never wrap (issue 13 item 4). */
+  stalloc_event_t wide[4] = {{.id = 1, .size = 1ull << 63, .kind = STALLOC_EVENT_ALLOC},
+                             {.id = 2, .size = 1ull << 63, .kind = STALLOC_EVENT_ALLOC},
+                             {.id = 1, .kind = STALLOC_EVENT_FREE},
+                             {.id = 3, .size = 8, .kind = STALLOC_EVENT_ALLOC}};
+  CHECK_OK(stalloc_trace_create(&t0));
+  CHECK_OK(stalloc_trace_append(t0, wide, 4));
+  stalloc_trace_summary_init(&sum);
+  CHECK_OK(stalloc_trace_summary(t0, &sum));
+  CHECK(sum.total_bytes == UINT64_MAX);
+  CHECK(sum.lower_bound == UINT64_MAX && sum.lower_bound_event == 1);
+  stalloc_trace_destroy(t0);
   stalloc_event_t kind = {.id = 4, .kind = 99};
   CHECK_STATUS(stalloc_trace_append(t, &kind, 1), STALLOC_ERR_BAD_FORMAT);
   /* The map still knows id 2 is not live: a fresh alloc of it is fine. */
