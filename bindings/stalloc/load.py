@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from typing import Callable
 
 import numpy as np
 
-from .trace import Trace
+from .trace import EVENT_DTYPE, Trace
 
 __all__ = ["NATIVE_MAGIC", "FORMATS", "detect_format", "load_trace"]
 
@@ -28,10 +29,28 @@ def _load_native(path) -> Trace:
 
 
 def _load_npz(path) -> Trace:
-    with np.load(path) as data:
+    # Only a zip archive is an .npz: anything else would reach numpy's loader for pickles and
+    # plain arrays, whose refusal suggests allow_pickle (never suggest an unsafe load).
+    with open(path, "rb") as f:
+        if f.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):
+            raise ValueError(f"{path}: not an .npz archive (no zip header); "
+                             f"its content says format {_detect_or_unknown(path)!r}")
+    with np.load(path, allow_pickle=False) as data:
         if "events" not in data:
             raise ValueError(f"{path}: an .npz trace needs an 'events' array")
-        return Trace.from_events(data["events"])
+        try:
+            events = data["events"]
+        except ValueError as e:  # an object array: numpy's message would suggest allow_pickle
+            raise ValueError(f"{path}: the 'events' array holds Python objects, "
+                             f"not {len(EVENT_DTYPE)} numeric fields") from e
+        return Trace.from_events(events)
+
+
+def _detect_or_unknown(path) -> str:
+    try:
+        return detect_format(path)
+    except ValueError:
+        return "unknown"
 
 
 def _load_torch_profiler(path) -> Trace:
@@ -88,16 +107,21 @@ def _head(path, n: int = 512) -> bytes:
     with open(path, "rb") as f:
         head = f.read(n)
     if head[:2] == b"\x1f\x8b":
-        with gzip.open(path, "rb") as f:
-            head = f.read(n)
+        try:
+            with gzip.open(path, "rb") as f:
+                head = f.read(n)
+        except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
+            raise ValueError(f"{path}: corrupt gzip data: {e}") from e
     return head
 
 
 def detect_format(path) -> str:
     """The format name of a trace file, from its first bytes."""
     head = _head(path)
-    if head.startswith(NATIVE_MAGIC):
-        return "native"
+    if not head:
+        raise ValueError(f"{path}: empty file")
+    if head.startswith(NATIVE_MAGIC) or NATIVE_MAGIC.startswith(head):
+        return "native"  # a prefix of the magic: the native reader says "truncated"
     if head.startswith(b"PK"):
         return "npz"
     if head.startswith(b"\x80"):  # a pickle: what torch.cuda.memory._dump_snapshot writes

@@ -79,3 +79,46 @@ def test_cli_errors_are_one_line(tmp_path):
     out = run_cli("record", "-o", tmp_path / "no" / "such" / "x.stalloc", "--", "python", "-c",
                   f"open({str(tmp_path / 'ran')!r}, 'w')")
     assert out.returncode == 2 and not (tmp_path / "ran").exists()  # failed before running it
+
+
+def test_smaller_input_problems_name_the_file_and_the_cause(tmp_path):
+    # Item 9. Each of these was a misleading message: numpy's allow_pickle advice, a gzip error
+    # without the file's name, "cannot tell the format" for a trace cut inside its magic.
+    native = tmp_path / "n.stalloc"
+    Trace.from_events(np.array([(1, 64, 0, 0, 0, 0, ALLOC, 0), (1, 64, 0, 0, 0, 0, FREE, 0)],
+                               dtype=EVENT_DTYPE)).save(native)
+    gz = tmp_path / "g.json.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00" + b"not deflate data" * 4)
+    for args, want in (
+        (("--format", "npz", native), "not an .npz archive"),
+        ((gz,), f"{gz}: corrupt gzip data"),
+    ):
+        out = run_cli("info", *args)
+        assert out.returncode == 2 and want in out.stderr, out.stderr
+        assert "allow_pickle" not in out.stderr and "Traceback" not in out.stderr
+    for n in range(1, 8):
+        cut = tmp_path / f"cut{n}.stalloc"
+        cut.write_bytes(native.read_bytes()[:n])
+        with pytest.raises(stalloc.TruncatedError, match="ends inside the header"):
+            stalloc.load_trace(cut)
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match="empty file"):
+        stalloc.load_trace(empty)
+    # An .npz whose events are Python objects: refused without suggesting an unsafe load.
+    objs = tmp_path / "o.npz"
+    np.savez(objs, events=np.array([object()], dtype=object))
+    with pytest.raises(ValueError, match="holds Python objects") as e:
+        stalloc.load_trace(objs)
+    assert "allow_pickle" not in str(e.value)
+
+
+def test_reserved_trace_header_fields_are_checked(tmp_path):
+    # Item 9: the reserved word after the header's checksum was never read.
+    native = tmp_path / "n.stalloc"
+    Trace.from_events(np.array([(1, 64, 0, 0, 0, 0, ALLOC, 0)], dtype=EVENT_DTYPE)).save(native)
+    data = bytearray(native.read_bytes())
+    data[28] = 1
+    native.write_bytes(bytes(data))
+    with pytest.raises(stalloc.BadFormatError, match="reserved"):
+        stalloc.load_trace(native)

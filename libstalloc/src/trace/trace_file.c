@@ -160,10 +160,16 @@ static stalloc_status_t read_exact(FILE* f, const char* path, void* p, size_t n,
 
 static stalloc_status_t read_trace(FILE* f, const char* path, stalloc_trace_t* t) {
   file_header h;
-  stalloc_status_t s = read_exact(f, path, &h, sizeof h, "the header");
-  if (s) return s;
-  if (memcmp(h.magic, MAGIC, sizeof MAGIC) != 0)
+  /* The magic first: a short file that is no trace is "not a trace", not "truncated". */
+  size_t got = fread(&h, 1, sizeof h, f);
+  if (ferror(f)) return st_fail(STALLOC_ERR_IO, "%s: read error in the header: %s", path, strerror(errno));
+  if (got == 0) return st_fail(STALLOC_ERR_TRUNCATED, "%s: empty file (no trace header)", path);
+  if (memcmp(h.magic, MAGIC, got < sizeof MAGIC ? got : sizeof MAGIC) != 0)
     return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: not a stalloc trace (bad magic)", path);
+  if (got < sizeof h)
+    return st_fail(STALLOC_ERR_TRUNCATED, "%s: file ends inside the header (%zu of %zu bytes)", path,
+                   got, sizeof h);
+  stalloc_status_t s = STALLOC_OK;
   if (h.crc != st_crc32(0, &h, 24))
     return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: header checksum mismatch", path);
   if (h.version > TRACE_VERSION)
@@ -173,6 +179,9 @@ static stalloc_status_t read_trace(FILE* f, const char* path, stalloc_trace_t* t
   if (h.version == 0 || h.header_bytes != sizeof h || h.event_bytes != sizeof(stalloc_event_t))
     return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: header has version %u, %u-byte header, %u-byte events",
                    path, h.version, h.header_bytes, h.event_bytes);
+  if (h.flags != 0 || h.reserved != 0)
+    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: header's flags (0x%x) and reserved field (0x%x) must be 0",
+                   path, h.flags, h.reserved);
 
   stalloc_event_t* chunk = malloc(CHUNK_EVENTS * sizeof *chunk);
   if (!chunk) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "trace_load: no host memory");
@@ -207,6 +216,11 @@ static stalloc_status_t read_trace(FILE* f, const char* path, stalloc_trace_t* t
       break;
     }
     if ((s = read_exact(f, path, (char*)&c + 4, sizeof c - 4, "a chunk header"))) break;
+    if (c.reserved != 0) {
+      s = st_fail(STALLOC_ERR_BAD_FORMAT, "%s: chunk %llu: reserved field 0x%x is not 0", path,
+                  (unsigned long long)index, c.reserved);
+      break;
+    }
     if (c.count == 0 || c.count > CHUNK_EVENTS) {
       s = st_fail(STALLOC_ERR_BAD_FORMAT, "%s: chunk %llu: bad event count %u", path,
                   (unsigned long long)index, c.count);

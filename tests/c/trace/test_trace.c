@@ -219,6 +219,48 @@ static void test_damaged_files(void) {
   CHECK_STATUS(stalloc_trace_load(bad, &t), STALLOC_ERR_VERSION);
   CHECK(strstr(stalloc_last_error(), "version 2") != NULL);
 
+  /* Reserved fields must be zero (issue 13): the header's flags (inside its checksum), its
+   * reserved word (outside it) and a chunk header's reserved word. Each was accepted. */
+  const struct { long at; int header_crc; } reserved[] = {{20, 1}, {28, 0}, {44, 0}};
+  for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+    copy_prefix(good, bad, size);
+    f = fopen(bad, "r+b");
+    CHECK(fread(header, 1, 32, f) == 32);
+    unsigned char word[4] = {1, 0, 0, 0};
+    if (reserved[i].at < 32) memcpy(header + reserved[i].at, word, 4);
+    if (reserved[i].header_crc) {
+      crc = 0xFFFFFFFFu;
+      for (int j = 0; j < 24; j++) {
+        crc ^= header[j];
+        for (int k = 0; k < 8; k++) crc = (crc & 1) ? 0xEDB88320u ^ (crc >> 1) : crc >> 1;
+      }
+      crc = ~crc;
+      memcpy(header + 24, &crc, 4);
+    }
+    fseek(f, 0, SEEK_SET);
+    fwrite(header, 1, 32, f);
+    if (reserved[i].at >= 32) {
+      fseek(f, reserved[i].at, SEEK_SET);
+      fwrite(word, 1, 4, f);
+    }
+    fclose(f);
+    CHECK_STATUS(stalloc_trace_load(bad, &t), STALLOC_ERR_BAD_FORMAT);
+    CHECK(strstr(stalloc_last_error(), "reserved") != NULL);
+  }
+
+  /* 1..31 bytes of a trace are a truncated trace; as many bytes of anything else are not a
+   * trace at all; an empty file says it is empty. */
+  for (long n = 0; n < 32; n++) {
+    copy_prefix(good, bad, n);
+    CHECK_STATUS(stalloc_trace_load(bad, &t), STALLOC_ERR_TRUNCATED);
+    CHECK(strstr(stalloc_last_error(), n ? "ends inside the header" : "empty file") != NULL);
+  }
+  f = fopen(bad, "wb");
+  fputs("STALX", f);
+  fclose(f);
+  CHECK_STATUS(stalloc_trace_load(bad, &t), STALLOC_ERR_BAD_FORMAT);
+  CHECK(strstr(stalloc_last_error(), "bad magic") != NULL);
+
   /* Random bytes of many lengths. */
   uint32_t rng = 99;
   for (int round = 0; round < 200; round++) {
