@@ -42,3 +42,26 @@ def test_the_steps_change(name):
     if name.endswith("_eval"):  # the eval passes (every third step from STEP 3) allocate least
         evals = alloc[1::3]
         assert len(evals) == STEPS // 2 and max(evals) < min(alloc[0::3] + alloc[2::3])
+
+
+def test_bench_changing_lists_every_trace_and_takes_one_more_allocator(capsys):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_changing.py"
+    spec = importlib.util.spec_from_file_location("bench_changing", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # one more column: one function returning the peaks
+    bench.ALLOCATORS["lower-bound"] = lambda t: {"peak_allocated": t.lower_bound,
+                                                 "peak_reserved": t.lower_bound}
+    assert bench.main(["--traces", str(CHANGING), "--allocators", "pytorch",
+                       "pytorch-expandable", "lower-bound"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + len(MODELS) * len(VARIANTS)
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == 4 + 3 * 4
+        lb = float(cells[3])
+        torch_alloc, torch_reserved, torch_frag = float(cells[4]), float(cells[5]), cells[7]
+        assert torch_alloc == lb and torch_reserved >= lb and torch_frag.endswith("%")
+        assert cells[-2:] == ["0.00", "0.0%"]  # the lower bound wastes nothing
