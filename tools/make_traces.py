@@ -46,6 +46,9 @@ Runs that change (``--changing-steps``, default 12 optimizer steps):
   ramp        batch size a quarter, then half, then all of it
   eval        an evaluation pass (eval mode, no_grad, double batch, half length)
               after every second optimizer step, as a step of its own
+Every shape is drawn before the run (changing_schedule, one function per variant) and the
+profiler's active window is exactly its prof.step() calls: one step marker for construction,
+one per optimizer step and one per evaluation pass, no empty one at the end.
 
 Example: python3 tools/make_traces.py --small --out tests/data/traces
 """
@@ -360,28 +363,69 @@ def pipeline_runner(name: str, model, variant: str):
     return lambda batches: run_pipeline(chunks, batches, nstages)
 
 
+# ---- runs that change (dynpad, accumvar, curriculum, ramp, eval) ------------------------------
+# One function per variant: given optimizer step `step` (0-based of `steps`), the sizes `s` and
+# the schedule's random generator, it returns the (batch, sequence) of each micro-batch of that
+# step and the (batch, sequence) of an evaluation pass after it, or None.
+
 def padded_length(rng: np.random.Generator, batch: int, seq: int) -> int:
     """Dynamic padding: a batch is padded to its longest sample; lengths are uniform between a
     quarter of the sequence and all of it."""
     return int(rng.integers(max(1, seq // 4), seq + 1, size=batch).max())
 
 
+def _stage(step: int, steps: int) -> int:
+    """0, 1, 2 over the thirds of the run."""
+    return min(2, 3 * step // max(steps, 1))
+
+
+def dynpad_shapes(step: int, steps: int, s: dict, rng: np.random.Generator):
+    """Dynamic padding: one batch per step, padded to its longest sample."""
+    return [(s["batch"], padded_length(rng, s["batch"], s["seq"]))], None
+
+
+def accumvar_shapes(step: int, steps: int, s: dict, rng: np.random.Generator):
+    """Gradient accumulation over 2 micro-batches, each padded to its own longest sample."""
+    return [(s["batch"], padded_length(rng, s["batch"], s["seq"])) for _ in range(2)], None
+
+
+def curriculum_shapes(step: int, steps: int, s: dict, rng: np.random.Generator):
+    """Sequence-length curriculum: a quarter, then half, then all of the sequence."""
+    q = s["seq"]
+    return [(s["batch"], (q // 4, q // 2, q)[_stage(step, steps)])], None
+
+
+def ramp_shapes(step: int, steps: int, s: dict, rng: np.random.Generator):
+    """Batch-size ramp-up: a quarter, then half, then all of the batch (at least 1)."""
+    b = s["batch"]
+    return [((max(1, b // 4), max(1, b // 2), b)[_stage(step, steps)], s["seq"])], None
+
+
+def eval_shapes(step: int, steps: int, s: dict, rng: np.random.Generator):
+    """The full training batch; after every second step an evaluation pass of double batch at
+    half length."""
+    b, q = s["batch"], s["seq"]
+    return [(b, q)], ((2 * b, q // 2) if step % 2 == 1 else None)
+
+
+CHANGING_SHAPES = {"dynpad": dynpad_shapes, "accumvar": accumvar_shapes,
+                   "curriculum": curriculum_shapes, "ramp": ramp_shapes, "eval": eval_shapes}
+assert tuple(CHANGING_SHAPES) == CHANGING_VARIANTS
+
+
 def shape_schedule(variant: str, step: int, steps: int, s: dict, rng: np.random.Generator):
     """The (batch, sequence) of each micro-batch of optimizer step `step` (0-based of `steps`),
     and the (batch, sequence) of an evaluation pass after it, or None."""
-    b, q = s["batch"], s["seq"]
-    third = min(2, 3 * step // max(steps, 1))  # 0, 1, 2 over the run
-    if variant == "dynpad":
-        return [(b, padded_length(rng, b, q))], None
-    if variant == "accumvar":
-        return [(b, padded_length(rng, b, q)) for _ in range(2)], None
-    if variant == "curriculum":
-        return [(b, (q // 4, q // 2, q)[third])], None
-    if variant == "ramp":
-        return [((max(1, b // 4), max(1, b // 2), b)[third], q)], None
-    if variant == "eval":
-        return [(b, q)], ((2 * b, q // 2) if step % 2 == 1 else None)
-    raise ValueError(variant)
+    if variant not in CHANGING_SHAPES:
+        raise ValueError(variant)
+    return CHANGING_SHAPES[variant](step, steps, s, rng)
+
+
+def changing_schedule(variant: str, steps: int, s: dict, seed: int) -> list:
+    """Every optimizer step's (micro-batch shapes, evaluation shape or None), drawn before the
+    run so that the profiler's schedule can cover exactly its steps."""
+    rng = np.random.default_rng(seed + 2)
+    return [shape_schedule(variant, step, steps, s, rng) for step in range(steps)]
 
 
 def evaluate(model, ids) -> None:
@@ -401,15 +445,17 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
     if variant in PIPELINE_VARIANTS:
         micro = PIPELINE_VARIANTS[variant][0]
     gen = torch.Generator().manual_seed(seed + 1)
-    shapes_rng = np.random.default_rng(seed + 2)
+    plan = changing_schedule(variant, steps, s, seed) if variant in CHANGING_VARIANTS else None
+    # one profiler step per prof.step() call: construction, each optimizer step, each eval pass
+    # (a longer active window would add an empty step marker at the end)
+    active = 1 + steps + (sum(e is not None for _, e in plan) if plan else 0)
     tag = f"{name}_{variant}"
     tmp = tempfile.mkdtemp(prefix="stalloc_trace_")
     json_path = os.path.join(tmp, f"{tag}.json")
 
     t0 = time.time()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
-                 schedule=schedule(wait=0, warmup=0, repeat=1,
-                                   active=(2 * steps if variant in CHANGING_VARIANTS else steps) + 1),
+                 schedule=schedule(wait=0, warmup=0, active=active, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(json_path)) as prof:
         model = build_model(name, s, moe_impl)
         if variant == "recompute":
@@ -424,8 +470,8 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
         prof.step()  # end of ProfilerStep#0 (construction)
         for step in range(steps):
             batches, eval_shape = [], None
-            if variant in CHANGING_VARIANTS:
-                shapes, eval_shape = shape_schedule(variant, step, steps, s, shapes_rng)
+            if plan is not None:
+                shapes, eval_shape = plan[step]
                 micro = len(shapes)
             else:
                 shapes = [(s["batch"], s["seq"])] * micro
