@@ -23,7 +23,7 @@ static void put64(uint8_t* p, uint64_t v) {
 static size_t fix_derived(uint8_t* b, size_t n, size_t cap) {
   if (n < HEADER) return n;
   uint64_t pro = get64(b + 64), it = get64(b + 72), win = get64(b + 80), rng = get64(b + 88);
-  if (pro + it > MAX_FIX_ENTRIES || pro > MAX_FIX_ENTRIES || win > MAX_FIX_ENTRIES ||
+  if (pro > MAX_FIX_ENTRIES || it > MAX_FIX_ENTRIES || pro + it > MAX_FIX_ENTRIES || win > MAX_FIX_ENTRIES ||
       rng > MAX_FIX_ENTRIES)
     return n;
   size_t want = HEADER + (size_t)(pro + it) * ENTRY + (size_t)win * WINDOW + (size_t)rng * RANGE + TRAILER;
