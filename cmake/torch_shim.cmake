@@ -4,7 +4,7 @@
 # is built and the rest of stalloc is unchanged; the adapter then uses the plain C functions.
 set(STALLOC_TORCH_DIR "" CACHE PATH "torch's package folder (holding include/ and lib/); empty: ask Python")
 set(STALLOC_TORCH_SHIM OFF)
-if(STALLOC_SANITIZE)
+if(STALLOC_SANITIZE OR STALLOC_BUILD_FUZZ)
   return() # libc10 is not built with the sanitizers' runtime
 endif()
 set(_torch_dir "${STALLOC_TORCH_DIR}")

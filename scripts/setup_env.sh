@@ -14,7 +14,7 @@ rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --disable-pip-version-check \
-  "torch==2.13.0" cffi numpy pytest scikit-build-core cmake ninja matplotlib ${EXTRA_PACKAGES:-}
+  "torch==2.13.0" cffi numpy pytest hypothesis scikit-build-core cmake ninja matplotlib ${EXTRA_PACKAGES:-}
 
 step "build the wheel and install it"
 rm -rf "$REPO/dist"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite from scratch: fresh venv, wheel built and installed, pytest against the
 # installed package, ctest, and the C tests again under AddressSanitizer + UndefinedBehavior-
-# Sanitizer and under ThreadSanitizer. Usage: scripts/test.sh   (VENV=... to relocate the venv)
+# Sanitizer and under ThreadSanitizer, then each libFuzzer target for a bounded time (scripts/fuzz.sh,
+# which installs clang if missing). Usage: scripts/test.sh   (VENV=... to relocate the venv;
+# FUZZ_SECONDS=... per fuzz target, default 60)
 set -euo pipefail
 VENV=${VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv-test}
 EXTRA_PACKAGES="jax"
@@ -44,5 +46,8 @@ dir="$REPO/build/tsan"
 cmake -S "$REPO" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTALLOC_SANITIZE=thread -DSTALLOC_BUILD_BENCH=OFF >/dev/null
 cmake --build "$dir" -j "$JOBS" >/dev/null
 TSAN_OPTIONS="halt_on_error=1" $SETARCH ctest --test-dir "$dir" -j "$JOBS" --output-on-failure
+
+step "libFuzzer targets (tests/fuzz, docs/fuzzing.md), ${FUZZ_SECONDS:-60} s each"
+bash "$REPO/scripts/fuzz.sh" "${FUZZ_SECONDS:-60}"
 
 step "all tests passed"

@@ -118,16 +118,18 @@ void stalloc_plan_destroy(stalloc_plan_t* plan) { st_plan_free(plan); }
 static void choose_phase(const uint64_t* sizes, const uint64_t* free_pos, size_t n,
                          st_period* per) {
   size_t S = per->start, P = per->period;
-  int64_t* minus = calloc(n + 1, sizeof *minus);
+  /* Sums of up to n sizes below 2^64 each: 128 bits never overflow (sizes near 2^64 wrapped
+   * 64-bit sums, undefined behaviour in signed ones). */
+  __int128* minus = calloc(n + 1, sizeof *minus);
   if (!minus) return; /* keep the rotation found: still valid */
   for (size_t i = 0; i < n; i++)
-    if (free_pos[i] != ST_NEVER) minus[free_pos[i]] += (int64_t)sizes[i];
-  int64_t live = 0, best = INT64_MAX;
+    if (free_pos[i] != ST_NEVER) minus[free_pos[i]] += sizes[i];
+  __int128 live = 0, best = -1;
   size_t best_b = S;
   for (size_t b = 0; b < S + P && b < n; b++) {
     live -= minus[b]; /* live now: allocs before b not yet freed when alloc b happens */
-    if (b >= S && live < best) best = live, best_b = b;
-    if (free_pos[b] != ST_NEVER) live += (int64_t)sizes[b];
+    if (b >= S && (best < 0 || live < best)) best = live, best_b = b;
+    if (free_pos[b] != ST_NEVER) live += sizes[b];
   }
   free(minus);
   per->start = best_b;
@@ -136,18 +138,19 @@ static void choose_phase(const uint64_t* sizes, const uint64_t* free_pos, size_t
 
 static uint64_t max_live(const uint64_t* sizes, const uint64_t* free_pos, const bool* planned,
                          size_t n) {
-  int64_t* minus = calloc(n + 1, sizeof *minus);
+  /* In 128 bits, saturated at UINT64_MAX (as the trace's lower bound is). */
+  __int128* minus = calloc(n + 1, sizeof *minus);
   if (!minus) return 0;
   for (size_t i = 0; i < n; i++)
-    if (planned[i] && free_pos[i] != ST_NEVER) minus[free_pos[i]] += (int64_t)sizes[i];
-  int64_t live = 0, best = 0;
+    if (planned[i] && free_pos[i] != ST_NEVER) minus[free_pos[i]] += sizes[i];
+  __int128 live = 0, best = 0;
   for (size_t b = 0; b < n; b++) {
     live -= minus[b];
-    if (planned[b]) live += (int64_t)sizes[b];
+    if (planned[b]) live += sizes[b];
     if (live > best) best = live;
   }
   free(minus);
-  return (uint64_t)best;
+  return best > (__int128)UINT64_MAX ? UINT64_MAX : (uint64_t)best;
 }
 
 static bool is_planned(const st_class_item* c) {

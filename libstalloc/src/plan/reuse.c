@@ -147,13 +147,14 @@ oom:
 
 typedef struct ev {
   uint64_t t;
-  int64_t d; /* +bytes at an alloc, -bytes at a free; frees sort first at equal times */
+  uint64_t bytes;
+  bool alloc; /* bytes come at an alloc, go at a free; frees sort first at equal times */
 } ev;
 
 static int by_time(const void* a, const void* b) {
   const ev *x = a, *y = b;
   if (x->t != y->t) return x->t < y->t ? -1 : 1;
-  return (x->d > 0) - (y->d > 0);
+  return (int)x->alloc - (int)y->alloc;
 }
 
 stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos,
@@ -179,15 +180,17 @@ stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos
       for (size_t q = win[w].begin; q < p && q < win[w].end; q++) {
         if (!servable(&it[q], p) || (w + 1 < wn && q >= win[w + 1].begin)) continue;
         uint64_t sz = st_align_up(sizes[base + q], alignment);
+        if (!sz && sizes[base + q]) sz = UINT64_MAX; /* rounding up passed 2^64: saturate */
         uint64_t f = free_pos[base + q] == ST_NEVER ? base + win[w].end : free_pos[base + q];
-        evs[m++] = (ev){base + q, (int64_t)sz};
-        evs[m++] = (ev){f, -(int64_t)sz};
+        evs[m++] = (ev){base + q, sz, true};
+        evs[m++] = (ev){f, sz, false};
       }
       qsort(evs, m, sizeof *evs, by_time);
-      int64_t live = 0;
+      /* 128 bits: sizes near 2^64 would wrap a 64-bit sum; the need saturates. */
+      __int128 live = 0;
       for (size_t j = 0; j < m; j++) {
-        live += evs[j].d;
-        if (live > 0 && (uint64_t)live > need) need = (uint64_t)live;
+        live += evs[j].alloc ? (__int128)evs[j].bytes : -(__int128)evs[j].bytes;
+        if (live > (__int128)need) need = live > (__int128)UINT64_MAX ? UINT64_MAX : (uint64_t)live;
       }
     }
     double want = ceil((double)need * headroom);

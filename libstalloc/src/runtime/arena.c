@@ -34,7 +34,9 @@ struct st_arena {
   void* backend;
   st_budget* budget;
   uint64_t alignment, granule, capacity, top;
-  uint8_t* base;
+  uint8_t* base;                 /* the first byte, aligned to alignment */
+  void* reserved_base;          /* what the backend reserved (base may lie above it) */
+  uint64_t reserved;            /* bytes reserved there: capacity and room to align base */
   st_arena_block* last;         /* the block that ends at top */
   st_arena_block* free_root;
   st_arena_block *pending_head, *pending_tail, *spares;
@@ -264,14 +266,23 @@ stalloc_status_t st_arena_create(const backend_ops* ops, void* backend, const ba
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "arena: capacity out of range");
   st_arena* a = calloc(1, sizeof *a);
   if (!a) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
-  void* base = NULL;
-  stalloc_status_t s = ops->reserve(backend, capacity, &base);
+  /* Offsets are multiples of alignment, so base must be too: an alignment above the granule
+   * (which the backend's reservation is aligned to) needs room to move base up. */
+  uint64_t slack = alignment > granule ? alignment : 0;
+  if (capacity > UINT64_MAX - slack) {
+    free(a);
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "arena: capacity out of range");
+  }
+  void* reserved_base = NULL;
+  stalloc_status_t s = ops->reserve(backend, capacity + slack, &reserved_base);
   if (s) {
     free(a);
     return s;
   }
+  uint8_t* base = (uint8_t*)st_align_up((uintptr_t)reserved_base, ST_MAX(alignment, granule));
   *a = (st_arena){.ops = ops, .backend = backend, .budget = budget, .alignment = alignment,
-                  .granule = granule, .capacity = capacity, .base = base, .rng = 0x2545F491u};
+                  .granule = granule, .capacity = capacity, .base = base,
+                  .reserved_base = reserved_base, .reserved = capacity + slack, .rng = 0x2545F491u};
   *out = a;
   return STALLOC_OK;
 }
@@ -280,7 +291,7 @@ void st_arena_destroy(st_arena* a) {
   if (!a) return;
   for (size_t g = 0; g < a->granules; g++)
     if (a->mapped[g]) unmap_granule(a, g);
-  a->ops->release(a->backend, a->base, a->capacity);
+  a->ops->release(a->backend, a->reserved_base, a->reserved);
   for (st_arena_block* b = a->pending_head; b; b = b->pnext)
     if (b->event) a->ops->event_destroy(a->backend, b->event);
   for (st_arena_block *b = a->last, *p; b; b = p) {

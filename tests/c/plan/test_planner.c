@@ -398,7 +398,43 @@ static void test_mismatch_and_bad_input(void) {
   stalloc_trace_destroy(empty);
 }
 
+/* Requests near 2^64 bytes (found by fuzz_replay): the iteration phase, the planned lower
+ * bound and the arenas summed sizes in signed 64 bits (undefined behaviour, caught by UBSan in
+ * the sanitizer build); now they sum in 128 bits and saturate. */
+static void test_huge_sizes(void) {
+  for (int markers = 0; markers < 2; markers++) {
+    stalloc_trace_t* t;
+    CHECK_OK(stalloc_trace_create(&t));
+    uint64_t id = 0;
+    for (uint64_t step = 0; step < 4; step++) {
+      stalloc_event_t e[7] = {{.id = step, .kind = STALLOC_EVENT_STEP},
+                              {.id = id + 1, .size = 1ull << 62, .kind = STALLOC_EVENT_ALLOC},
+                              {.id = id + 2, .size = 1ull << 62, .kind = STALLOC_EVENT_ALLOC},
+                              {.id = id + 3, .size = (1ull << 62) + step, .kind = STALLOC_EVENT_ALLOC},
+                              {.id = id + 1, .kind = STALLOC_EVENT_FREE},
+                              {.id = id + 2, .kind = STALLOC_EVENT_FREE},
+                              {.id = id + 3, .kind = STALLOC_EVENT_FREE}};
+      id += 3;
+      CHECK_OK(stalloc_trace_append(t, markers ? e : e + 1, markers ? 7 : 6));
+    }
+    stalloc_plan_params_t p;
+    stalloc_plan_params_init(&p);
+    p.time_limit = 0;
+    stalloc_plan_t* plan = NULL;
+    /* 3 * 2^62 + 3 live bytes fit 64 bits but not a signed 64-bit sum */
+    CHECK_OK(stalloc_plan_create(t, &p, &plan));
+    stalloc_plan_info_t info;
+    info_of(plan, &info);
+    CHECK(info.trace_lower_bound == 3 * (1ull << 62) + 3);
+    CHECK(info.plan_peak >= 2 * (1ull << 62) && info.plan_peak <= info.pool_size);
+    CHECK_OK(stalloc_plan_check(plan, t));
+    stalloc_plan_destroy(plan);
+    stalloc_trace_destroy(t);
+  }
+}
+
 int main(void) {
+  RUN(test_huge_sizes);
   RUN(test_dense_with_markers);
   RUN(test_dense_without_markers);
   RUN(test_moe);

@@ -43,6 +43,34 @@ static void test_alignment_and_data(void) {
   }
 }
 
+/* Alignments above the growable pool's 2 MiB granule (found by fuzz_options): the pool's
+ * offsets were multiples of the alignment but its base only of the granule, so pointers were
+ * 2 MiB aligned where 64 MiB was asked. Each backend, with and without the growable pool. */
+static void test_alignment_above_the_granule(void) {
+  const stalloc_backend_kind_t backends[] = {STALLOC_BACKEND_HOST, STALLOC_BACKEND_VIRTUAL};
+  const uint64_t aligns[] = {4ull << 20, 64ull << 20, 1ull << 30};
+  for (size_t b = 0; b < 2; b++)
+    for (int growable = 0; growable < 2; growable++)
+      for (size_t k = 0; k < 3; k++) {
+        stalloc_options_t o;
+        stalloc_options_init(&o);
+        o.backend = backends[b];
+        o.alignment = aligns[k];
+        o.growable_pool = growable;
+        o.virtual_capacity = 1ull << 40;
+        stalloc_allocator_t* a;
+        CHECK_OK(stalloc_allocator_create(&o, &a));
+        const size_t sizes[] = {1, 512, 4096, 3u << 20};
+        void* p[4];
+        for (int i = 0; i < 4; i++) {
+          CHECK_OK(stalloc_allocator_alloc(a, sizes[i], 0, 0, &p[i]));
+          CHECK((uintptr_t)p[i] % aligns[k] == 0);
+        }
+        for (int i = 0; i < 4; i++) CHECK_OK(stalloc_allocator_free(a, p[i]));
+        CHECK_OK(stalloc_allocator_destroy(a));
+      }
+}
+
 static void test_zero_and_null(void) {
   stalloc_allocator_t* a = make(STALLOC_BACKEND_HOST, 0, 0);
   void* p = (void*)1;
@@ -223,6 +251,7 @@ static void test_threads_exact_stats(void) {
 int main(void) {
   CHECK(stalloc_version() == STALLOC_VERSION);
   RUN(test_alignment_and_data);
+  RUN(test_alignment_above_the_granule);
   RUN(test_zero_and_null);
   RUN(test_double_free_and_unknown);
   RUN(test_memory_limit);
