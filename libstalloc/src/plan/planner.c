@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/struct_size.h"
+#include "base/clock.h"
 #include "plan/place.h"
 #include "plan/plan_validate.h"
 #include "plan/planner.h"
@@ -31,12 +31,6 @@
 _Static_assert(sizeof(stalloc_plan_entry_t) == sizeof(st_plan_entry), "entry layout");
 _Static_assert(sizeof(stalloc_reuse_window_t) == sizeof(st_reuse_window), "window layout");
 _Static_assert(sizeof(stalloc_reuse_range_t) == sizeof(st_reuse_range), "range layout");
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void stalloc_plan_params_init(stalloc_plan_params_t* p) {
   if (!p) return;
@@ -478,7 +472,7 @@ stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
   if (trace->request_count >= UINT32_MAX)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "planner: %zu requests is more than it can plan",
                    trace->request_count);
-  double t0 = now();
+  double t0 = st_now();
   stalloc_plan* plan = calloc(1, sizeof *plan);
   if (!plan) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "planner: no memory");
   pipeline pl;
@@ -489,7 +483,7 @@ stalloc_status_t stalloc_plan_create(const stalloc_trace_t* trace,
     st_plan_free(plan);
     return s;
   }
-  plan->seconds = now() - t0;
+  plan->seconds = st_now() - t0;
   *out = plan;
   return STALLOC_OK;
 }
