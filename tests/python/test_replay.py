@@ -36,7 +36,9 @@ def test_plan_from_first_iterations_serves_the_whole_run(traces_dir, name):
     head = first_steps(trace, 4)
     for alignment, bound in ((64, 0.01), (512, 0.01)):
         plan = stalloc.plan(head, time_limit=0.5, alignment=alignment)
-        r = stalloc.replay(trace, plan, alignment=alignment)
+        # A pool of its own (no growable pool, whose 2 MiB granules would hide the plan's
+        # packing on these small traces): reserved is the plan's pool and the slab's chunks.
+        r = stalloc.replay(trace, plan, alignment=alignment, growable_pool=False)
         sizes = trace.sizes
         assert r["misses"] == 0 and r["fallbacks"] == 0 and r["resyncs"] == 0
         assert r["hits"] == int((sizes > TINY).sum())  # every planned request at its offset
@@ -50,9 +52,9 @@ def test_plan_from_first_iterations_serves_the_whole_run(traces_dir, name):
 def test_tiny_alignment_is_what_the_slab_uses(traces_dir, monkeypatch):
     trace = load(traces_dir, "gpt2_1f1b")  # thousands of 4-byte tensors
     plan = stalloc.plan(first_steps(trace, 4), time_limit=0.5)
-    natural = stalloc.replay(trace, plan)
+    natural = stalloc.replay(trace, plan, growable_pool=False)  # chunks of their own, not granules
     monkeypatch.setenv("STALLOC_TINY_ALIGNMENT", "512")
-    slotted = stalloc.replay(trace, plan)
+    slotted = stalloc.replay(trace, plan, growable_pool=False)
     assert natural["peak_allocated"] == slotted["peak_allocated"]
     assert natural["peak_reserved"] < slotted["peak_reserved"]
 

@@ -182,9 +182,8 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
   }
   stalloc_status_t s = STALLOC_OK;
   st_arena_block* ablock;
-  /* Once a plan serves the run, its few misses take exact-size segments, which cost less than
-   * granules on top of the plan's pool. */
-  if (a->arena && !a->runtime && (s = st_arena_alloc(a->arena, size, stream, p, &ablock)) == STALLOC_OK) {
+  /* The plan's pool is a region of the arena, so a miss shares its granules. */
+  if (a->arena && (s = st_arena_alloc(a->arena, size, stream, p, &ablock)) == STALLOC_OK) {
     *handle = ablock;
     *origin = ORIGIN_ARENA;
   } else { /* a request past the arena's range, or no arena: cached segments */
@@ -534,10 +533,10 @@ static bool drop_plan(stalloc_allocator_t* a) {
 static stalloc_status_t install_plan(stalloc_allocator_t* a, const stalloc_plan* plan, uint64_t position,
                                      bool shaped) {
   st_runtime* rt = NULL;
-  stalloc_status_t s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->options.alignment,
+  stalloc_status_t s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->arena, a->options.alignment,
                                          plan, position, shaped, &rt);
   if (!s && !a->slab)
-    s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->options.tiny_alignment, &a->slab);
+    s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->arena, a->options.tiny_alignment, &a->slab);
   if (!s && a->runtime && !drop_plan(a)) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
   if (s) {
     st_runtime_destroy(rt);

@@ -17,7 +17,8 @@
 
 #include "runtime/arena.h"
 
-enum { AR_FREE = 1, AR_USED = 2, AR_PENDING = 3 };
+enum { AR_FREE = 1, AR_USED = 2, AR_PENDING = 3, AR_REGION = 4 };
+enum { MAPPED = 1, LISTED = 2 }; /* a granule's flags */
 
 struct st_arena_block {
   uint64_t start, size;
@@ -41,9 +42,10 @@ struct st_arena {
   st_arena_block* free_root;
   st_arena_block *pending_head, *pending_tail, *spares;
   uint32_t* refs;               /* live blocks touching each granule below top */
-  uint8_t* mapped;
+  uint8_t* mapped;               /* MAPPED, and LISTED while in `cached` */
   size_t granules;              /* entries of refs / mapped */
-  uint32_t* cached;             /* granules mapped with no live block (may hold stale entries) */
+  uint32_t* cached;             /* granules mapped with no live block (stale entries: taken again
+                                   since; each granule listed at most once) */
   size_t cached_count, cached_cap;
   uint32_t rng;
 };
@@ -161,14 +163,15 @@ static void unmap_granule(st_arena* a, size_t g) {
 static size_t pop_cached(st_arena* a) {
   while (a->cached_count) {
     size_t g = a->cached[--a->cached_count];
-    if (g < a->granules && a->mapped[g] && !a->refs[g]) return g;
+    a->mapped[g] &= (uint8_t)~LISTED;
+    if (a->mapped[g] && !a->refs[g]) return g;
   }
   return SIZE_MAX;
 }
 
 static void unref(st_arena* a, uint64_t start, uint64_t size) {
   for (size_t g = start / a->granule, e = (start + size - 1) / a->granule; g <= e; g++) {
-    if (--a->refs[g] || !a->mapped[g]) continue;
+    if (--a->refs[g] || a->mapped[g] != MAPPED) continue; /* live, unmapped or listed already */
     if (a->cached_count == a->cached_cap) {
       size_t cap = a->cached_cap ? 2 * a->cached_cap : 64;
       uint32_t* c = realloc(a->cached, cap * sizeof *c);
@@ -180,6 +183,7 @@ static void unref(st_arena* a, uint64_t start, uint64_t size) {
       a->cached_cap = cap;
     }
     a->cached[a->cached_count++] = (uint32_t)g;
+    a->mapped[g] |= LISTED;
   }
 }
 
@@ -203,7 +207,7 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size) {
         if (g > first) unref(a, start, (g - first) * a->granule - start % a->granule);
         return s;
       }
-      a->mapped[g] = 1;
+      a->mapped[g] = MAPPED;
       st_budget_add(a->budget, a->granule);
     }
     a->refs[g]++;
@@ -308,39 +312,56 @@ void st_arena_destroy(st_arena* a) {
   free(a);
 }
 
-stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, void** ptr,
-                                st_arena_block** out) {
-  (void)stream; /* a free block is free for every stream: pending ones wait above */
-  if (a->pending_head) poll_pending(a);
-  uint64_t need = st_align_up(size, a->alignment);
-  if (!need || need > a->capacity)
+/* Takes a free block that holds [start, start + need) for some start that is a multiple of
+ * `align` (best fit, else the top grows), splits off what lies before and after, and returns
+ * it, neither mapped nor counted on its granules. *grew: the bytes the top grew by. */
+static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, st_arena_block** out,
+                              uint64_t* grew) {
+  *grew = 0;
+  uint64_t slack = align > a->alignment ? align - a->alignment : 0;
+  if (!need || need > a->capacity || slack > a->capacity - need)
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: %llu bytes is more than its %llu-byte range",
-                   (unsigned long long)size, (unsigned long long)a->capacity);
-  st_arena_block* b = best_fit(a->free_root, need);
-  uint64_t old_top = a->top;
-  bool grew = false;
+                   (unsigned long long)need, (unsigned long long)a->capacity);
+  st_arena_block* b = best_fit(a->free_root, need + slack);
   if (b) {
     a->free_root = tr_remove(a->free_root, b);
-  } else if (a->last && a->last->state == AR_FREE) { /* the top block grows */
-    b = a->last;
-    if (need - b->size > a->capacity - a->top)
-      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: its %llu-byte address range is used up",
-                     (unsigned long long)a->capacity);
-    a->free_root = tr_remove(a->free_root, b);
-    a->top += need - b->size;
-    b->size = need;
-    grew = true;
   } else {
-    if (need > a->capacity - a->top)
+    /* the top grows: from its free block if it has one */
+    uint64_t from = a->last && a->last->state == AR_FREE ? a->last->start : a->top;
+    uint64_t end = st_align_up(from, align) + need;
+    if (end > a->capacity)
       return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: its %llu-byte address range is used up",
                      (unsigned long long)a->capacity);
-    if (!(b = block_new(a))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
-    b->start = a->top;
-    b->size = need;
-    b->prev = a->last;
-    if (a->last) a->last->next = b;
-    a->last = b;
-    a->top += need;
+    if (from < a->top) {
+      b = a->last;
+      a->free_root = tr_remove(a->free_root, b);
+    } else {
+      if (!(b = block_new(a))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
+      b->start = a->top;
+      b->prev = a->last;
+      if (a->last) a->last->next = b;
+      a->last = b;
+    }
+    *grew = end - a->top;
+    a->top = end;
+    b->size = end - b->start;
+  }
+  uint64_t front = st_align_up(b->start, align) - b->start;
+  if (front) { /* the bytes below the aligned start stay free */
+    st_arena_block* f = block_new(a);
+    if (!f) {
+      make_free(a, b);
+      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
+    }
+    f->start = b->start;
+    f->size = front;
+    f->prev = b->prev;
+    f->next = b;
+    if (b->prev) b->prev->next = f;
+    b->prev = f;
+    b->start += front;
+    b->size -= front;
+    make_free(a, f);
   }
   if (b->size - need >= a->alignment) { /* split: the rest stays free */
     st_arena_block* r = block_new(a);
@@ -356,20 +377,36 @@ stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, voi
       make_free(a, r);
     }
   }
-  stalloc_status_t s = ref(a, b->start, b->size);
-  if (s) { /* the block goes back free; a top that grew for it shrinks again */
-    b = coalesce(a, b);
-    if (grew && a->last == b && b->size >= a->top - old_top) {
-      a->free_root = tr_remove(a->free_root, b);
-      b->size -= a->top - old_top;
-      a->top = old_top;
-      if (b->size) make_free(a, b);
-      else { /* it was all new: drop it */
-        a->last = b->prev;
-        if (b->prev) b->prev->next = NULL;
-        block_drop(a, b);
-      }
+  *out = b;
+  return STALLOC_OK;
+}
+
+/* Gives back a block carve() took: free again, and a top that grew for it shrinks. */
+static void uncarve(st_arena* a, st_arena_block* b, uint64_t grew) {
+  b = coalesce(a, b);
+  if (grew && a->last == b && b->size >= grew) {
+    a->free_root = tr_remove(a->free_root, b);
+    b->size -= grew;
+    a->top -= grew;
+    if (b->size) make_free(a, b);
+    else { /* it was all new: drop it */
+      a->last = b->prev;
+      if (b->prev) b->prev->next = NULL;
+      block_drop(a, b);
     }
+  }
+}
+
+stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, void** ptr,
+                                st_arena_block** out) {
+  (void)stream; /* a free block is free for every stream: pending ones wait above */
+  if (a->pending_head) poll_pending(a);
+  uint64_t need = st_align_up(size, a->alignment), grew;
+  st_arena_block* b;
+  stalloc_status_t s = carve(a, need ? need : size, a->alignment, &b, &grew);
+  if (s) return s;
+  if ((s = ref(a, b->start, b->size))) {
+    uncarve(a, b, grew);
     return s;
   }
   b->state = AR_USED;
@@ -377,6 +414,36 @@ stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, voi
   *out = b;
   return STALLOC_OK;
 }
+
+stalloc_status_t st_arena_region(st_arena* a, uint64_t size, uint64_t align, void** ptr,
+                                 st_arena_block** out) {
+  if (a->pending_head) poll_pending(a);
+  /* It starts on a granule, so the plan's offsets fall on granules as planned, and ends where
+   * it needs to: the bytes above share its last granule. */
+  align = ST_MAX(ST_MAX(align, a->alignment), a->granule);
+  uint64_t need = st_align_up(size, a->alignment), grew;
+  st_arena_block* b;
+  stalloc_status_t s = carve(a, need ? need : size, align, &b, &grew);
+  if (s) return s;
+  b->state = AR_REGION;
+  *ptr = a->base + b->start;
+  *out = b;
+  return STALLOC_OK;
+}
+
+stalloc_status_t st_arena_region_ref(st_arena* a, const void* ptr, uint64_t size) {
+  return ref(a, (uint64_t)((const uint8_t*)ptr - a->base), size);
+}
+
+void st_arena_region_unref(st_arena* a, const void* ptr, uint64_t size) {
+  unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size);
+}
+
+void st_arena_region_release(st_arena* a, st_arena_block* region) { coalesce(a, region); }
+
+uint64_t st_arena_alignment(const st_arena* a) { return a->alignment; }
+
+size_t st_arena_cached_entries(const st_arena* a) { return a->cached_count; }
 
 void st_arena_free(st_arena* a, st_arena_block* b, uint64_t stream) {
   if (a->ops->event_record) {

@@ -23,6 +23,21 @@ stalloc_status_t st_arena_alloc(st_arena* arena, uint64_t size, uint64_t stream,
 /* Frees a live block; stream is where its last use was queued (reused elsewhere only once
  * that work is done). */
 void st_arena_free(st_arena* arena, st_arena_block* block, uint64_t stream);
+/* A plan's pool inside the arena: `size` bytes of address space starting at a multiple of
+ * `align` (and of the granule), nothing mapped. Its user maps what it uses, range by range,
+ * with region_ref / region_unref, so the pool costs the granules its live blocks touch, and
+ * a pool that is dropped gives back its granules as its blocks are freed. */
+stalloc_status_t st_arena_region(st_arena* arena, uint64_t size, uint64_t align, void** ptr,
+                                 st_arena_block** region);
+/* Counts [ptr, ptr + size) of a region on its granules, mapping those not mapped. */
+stalloc_status_t st_arena_region_ref(st_arena* arena, const void* ptr, uint64_t size);
+void st_arena_region_unref(st_arena* arena, const void* ptr, uint64_t size);
+/* Gives the region's address space back; every range it counted is unref'd already. */
+void st_arena_region_release(st_arena* arena, st_arena_block* region);
+/* The alignment of every block (the allocator's). */
+uint64_t st_arena_alignment(const st_arena* arena);
+/* Entries in the list of cached granules (at most one per granule of the range). */
+size_t st_arena_cached_entries(const st_arena* arena);
 /* Unmaps every granule that holds no live byte; gives the bytes returned. */
 uint64_t st_arena_trim(st_arena* arena);
 

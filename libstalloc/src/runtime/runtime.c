@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "plan/plan_validate.h"
+#include "runtime/arena.h"
 #include "runtime/runtime.h"
 #include "runtime/slab.h"
 
@@ -54,6 +55,8 @@ struct st_runtime {
   uint8_t* base;
   uint64_t pool_size;
   bool pool_mapped; /* reserve+map rather than alloc */
+  st_arena* arena;  /* the pool is a region of the growable pool: each block maps its granules */
+  st_arena_block* region;
 
   st_plan_entry* entries; /* prologue then one iteration */
   uint64_t P, I;
@@ -147,16 +150,25 @@ static st_range_node* tr_remove(st_range_node* t, st_range_node* n) {
 
 /* ---- nodes, pending frees ---- */
 
-static st_range_node* node_new(st_runtime* rt, uint64_t start, uint64_t end, uint64_t stream) {
+/* Fails for lack of host memory, or (a pool in the arena) of device memory for its granules. */
+static stalloc_status_t node_new(st_runtime* rt, uint64_t start, uint64_t end, uint64_t stream,
+                                 st_range_node** out) {
   st_range_node* n = rt->spare;
   if (n) rt->spare = n->pnext;
-  else if (!(n = malloc(sizeof *n))) return NULL;
+  else if (!(n = malloc(sizeof *n))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
+  stalloc_status_t s;
+  if (rt->region && (s = st_arena_region_ref(rt->arena, rt->base + start, end - start))) {
+    n->pnext = rt->spare;
+    rt->spare = n;
+    return s;
+  }
   rt->rng = rt->rng * 1664525u + 1013904223u;
   *n = (st_range_node){.start = start, .end = end, .max_end = end, .prio = rt->rng,
                        .state = NODE_LIVE, .stream = stream, .owner = rt};
   rt->root = tr_insert(rt->root, n);
   rt->nodes++;
-  return n;
+  *out = n;
+  return STALLOC_OK;
 }
 
 static void node_drop(st_runtime* rt, st_range_node* n) {
@@ -168,6 +180,7 @@ static void node_drop(st_runtime* rt, st_range_node* n) {
     else rt->pending_tail = n->pprev;
     if (n->event) rt->ops->event_destroy(rt->backend, n->event);
   }
+  if (rt->region) st_arena_region_unref(rt->arena, rt->base + n->start, n->end - n->start);
   n->pnext = rt->spare;
   rt->spare = n;
   rt->nodes--;
@@ -442,7 +455,9 @@ static stalloc_status_t check_plan(const stalloc_plan* p, uint64_t alignment) {
 
 static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, uint64_t size) {
   if (!size) return STALLOC_OK;
-  uint64_t granule = ST_MAX(caps->granularity, rt->alignment);
+  /* A region of the arena is mapped granule by granule where blocks lie; a pool of its own is
+   * one allocation, rounded to what the backend hands out. */
+  uint64_t granule = rt->arena ? rt->alignment : ST_MAX(caps->granularity, rt->alignment);
   size = st_align_up(size, granule);
   if (!size) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "plan pool is too large");
   if (!st_budget_allows(rt->budget, size))
@@ -451,6 +466,12 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
                    (unsigned long long)rt->budget->reserved);
   void* base = NULL;
   stalloc_status_t s;
+  if (rt->arena) { /* address space only: blocks map what they touch */
+    if ((s = st_arena_region(rt->arena, size, rt->alignment, &base, &rt->region))) return s;
+    rt->base = base;
+    rt->pool_size = size;
+    return STALLOC_OK;
+  }
   uint64_t map_granule = caps->map_granularity ? caps->map_granularity : caps->granularity;
   if (caps->can_grow && rt->ops->reserve && rt->ops->map && size % map_granule == 0) {
     /* One reservation mapped at once: the plan needs all of it every iteration. */
@@ -468,8 +489,9 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
 }
 
 stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
-                                   st_budget* budget, uint64_t alignment, const stalloc_plan* plan,
-                                   uint64_t position, bool shaped, st_runtime** out) {
+                                   st_budget* budget, st_arena* arena, uint64_t alignment,
+                                   const stalloc_plan* plan, uint64_t position, bool shaped,
+                                   st_runtime** out) {
   stalloc_status_t s = check_plan(plan, alignment);
   if (s) return s;
   st_runtime* rt = calloc(1, sizeof *rt);
@@ -477,6 +499,7 @@ stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const 
   rt->ops = ops;
   rt->backend = backend;
   rt->budget = budget;
+  rt->arena = arena;
   rt->alignment = ST_MAX(alignment, plan->alignment); /* a power of two: validated */
   rt->rng = 0x9E3779B9u;
   rt->P = plan->prologue_count;
@@ -523,7 +546,9 @@ void st_runtime_destroy(st_runtime* rt) {
     next = n->pnext;
     free(n);
   }
-  if (rt->base) {
+  if (rt->region) {
+    st_arena_region_release(rt->arena, rt->region);
+  } else if (rt->base) {
     if (rt->pool_mapped) {
       rt->ops->unmap(rt->backend, rt->base, rt->pool_size);
       rt->ops->release(rt->backend, rt->base, rt->pool_size);
@@ -550,8 +575,9 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
     /* A resized request (match() took it for this entry) keeps the planned offset when it is
      * no larger than planned. */
     if (size <= e->size && range_free(rt, e->offset, e->offset + end, stream)) {
-      st_range_node* n = node_new(rt, e->offset, e->offset + end, stream);
-      if (!n) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
+      st_range_node* n;
+      stalloc_status_t s = node_new(rt, e->offset, e->offset + end, stream, &n);
+      if (s) return s;
       rt->c.hits++;
       rt->c.hit_bytes += size;
       *outcome = RT_HIT;
@@ -579,8 +605,9 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
   if (!e || (e->cls != PLAN_CLASS_DYNAMIC)) rt->c.miss_bytes += size;
   uint64_t off;
   if ((w != UINT32_MAX && place_dynamic(rt, w, size, &off)) || (rt->lost >= LOST_IN_POOL && place_in_pool(rt, size, &off))) {
-    st_range_node* n = node_new(rt, off, off + end, stream);
-    if (!n) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
+    st_range_node* n;
+    stalloc_status_t s = node_new(rt, off, off + end, stream, &n);
+    if (s) return s;
     rt->c.dynamic++;
     *outcome = RT_DYNAMIC;
     *ptr = rt->base + off;
@@ -630,8 +657,9 @@ const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt) { return
 void st_runtime_reset_counters(st_runtime* rt) { memset(&rt->c, 0, sizeof rt->c); }
 
 void st_runtime_pool_allocation(const st_runtime* rt, void** base, uint64_t* size) {
-  *base = rt->pool_mapped ? NULL : rt->base;
-  *size = rt->pool_mapped ? 0 : rt->pool_size;
+  bool whole = !rt->pool_mapped && !rt->region;
+  *base = whole ? rt->base : NULL;
+  *size = whole ? rt->pool_size : 0;
 }
 
 uint64_t st_runtime_pool_size(const st_runtime* rt) { return rt->pool_size; }

@@ -4,6 +4,7 @@
 #define STALLOC_RUNTIME_H
 
 #include "backends/backend.h"
+#include "runtime/arena.h"
 #include "runtime/budget.h"
 #include "plan/plan.h"
 
@@ -24,13 +25,15 @@ typedef struct st_runtime_counters {
   uint64_t miss_bytes; /* requested bytes (> 512 B) of requests the plan did not cover */
 } st_runtime_counters;
 
-/* Copies the plan (the caller may destroy it) after checking it, and reserves the pool.
+/* Copies the plan (the caller may destroy it) after checking it, and reserves the pool: with
+ * an arena, as a region of it whose granules are mapped as blocks touch them (see arena.h).
  * `position` is the number of allocs the run made before the plan was loaded. `shaped`: the
  * plan holds the largest size seen per position, so a smaller request at the cursor takes
  * its slot. */
 stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
-                                   st_budget* budget, uint64_t alignment, const stalloc_plan* plan,
-                                   uint64_t position, bool shaped, st_runtime** out);
+                                   st_budget* budget, st_arena* arena, uint64_t alignment,
+                                   const stalloc_plan* plan, uint64_t position, bool shaped,
+                                   st_runtime** out);
 /* Gives the pool back, live blocks included. */
 void st_runtime_destroy(st_runtime* rt);
 /* Matches the request against the plan (advancing or resynchronising the position) and, for

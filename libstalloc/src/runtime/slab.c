@@ -33,6 +33,7 @@ typedef struct chunk {
   st_slot* slots;
   size_t count;
   struct chunk* next;
+  bool in_arena;
 } chunk;
 
 typedef struct free_list {
@@ -54,6 +55,7 @@ struct st_slab {
   const backend_ops* ops;
   void* backend;
   st_budget* budget;
+  st_arena* arena; /* chunks come from the growable pool when there is one */
   uint64_t granularity;
   int class_count;
   slab_class classes[CLASSES];
@@ -61,12 +63,13 @@ struct st_slab {
 };
 
 stalloc_status_t st_slab_create(const backend_ops* ops, void* backend, const backend_caps* caps,
-                                st_budget* budget, uint64_t alignment, st_slab** out) {
+                                st_budget* budget, st_arena* arena, uint64_t alignment, st_slab** out) {
   st_slab* s = calloc(1, sizeof *s);
   if (!s) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "slab: no host memory");
   s->ops = ops;
   s->backend = backend;
   s->budget = budget;
+  s->arena = arena;
   s->granularity = ST_MAX(caps->granularity, 1);
   uint64_t size = ST_MAX(alignment, 16);
   for (; s->class_count < CLASSES; size *= 2) {
@@ -85,8 +88,10 @@ void st_slab_destroy(st_slab* s) {
     next = c->next;
     for (size_t i = 0; i < c->count; i++)
       if (c->slots[i].event) s->ops->event_destroy(s->backend, c->slots[i].event);
-    s->ops->free(s->backend, c->base, c->size);
-    st_budget_sub(s->budget, c->size);
+    if (!c->in_arena) { /* the arena's blocks go with the arena */
+      s->ops->free(s->backend, c->base, c->size);
+      st_budget_sub(s->budget, c->size);
+    }
     free(c->slots);
     free(c);
   }
@@ -107,13 +112,18 @@ static stalloc_status_t new_chunk(st_slab* s, slab_class* c, int cls, uint64_t s
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "slab: no host memory");
   }
   void* base;
-  stalloc_status_t st = s->ops->alloc(s->backend, size, c->slot_size, stream, &base);
+  st_arena_block* block;
+  /* In the arena a chunk shares granules with its neighbours rather than being a segment of
+   * its own; its blocks are aligned to the arena's alignment. */
+  ch->in_arena = s->arena && st_arena_alignment(s->arena) % c->slot_size == 0;
+  stalloc_status_t st = ch->in_arena ? st_arena_alloc(s->arena, size, stream, &base, &block)
+                                     : s->ops->alloc(s->backend, size, c->slot_size, stream, &base);
   if (st) {
     free(ch);
     free(slots);
     return st;
   }
-  st_budget_add(s->budget, size);
+  if (!ch->in_arena) st_budget_add(s->budget, size);
   ch->base = base;
   ch->size = size;
   ch->slots = slots;

@@ -1,0 +1,179 @@
+/* test_arena.c - the growable pool on the virtual backend (2 MiB granules): granules mapped as
+ * blocks touch them and given back before new ones are mapped, a plan's pool as a region of
+ * it that costs only the granules its live blocks touch, slab chunks in it, and the list of
+ * cached granules staying bounded over a long run. */
+#include "check.h"
+#include "runtime/arena.h"
+#include "runtime/runtime.h"
+#include "runtime/slab.h"
+#include "hand_plan.h"
+
+#define MiB (1ull << 20)
+#define G (2 * MiB)
+
+typedef struct fixture {
+  const backend_ops* ops;
+  void* backend;
+  backend_caps caps;
+  st_budget budget;
+  st_arena* arena;
+} fixture;
+
+static void setup(fixture* f) {
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_VIRTUAL;
+  o.virtual_capacity = 1ull << 36;
+  *f = (fixture){.ops = st_backend_get(STALLOC_BACKEND_VIRTUAL)};
+  CHECK_OK(f->ops->create(&o, &f->backend, &f->caps));
+  CHECK_OK(st_arena_create(f->ops, f->backend, &f->caps, 512, 1ull << 34, &f->budget, &f->arena));
+}
+
+static void teardown(fixture* f) {
+  st_arena_destroy(f->arena);
+  CHECK(f->budget.reserved == 0);
+  f->ops->destroy(f->backend);
+}
+
+static void test_granules_follow_live_blocks(void) {
+  fixture f;
+  setup(&f);
+  void *p, *q;
+  st_arena_block *a, *b;
+  CHECK_OK(st_arena_alloc(f.arena, 3 * MiB, 0, &p, &a));
+  CHECK(f.budget.reserved == 2 * G);
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &q, &b)); /* shares the second granule */
+  CHECK(f.budget.reserved == 2 * G && (uint8_t*)q == (uint8_t*)p + 3 * MiB);
+  st_arena_free(f.arena, a, 0);
+  CHECK(f.budget.reserved == 2 * G);           /* the first granule is cached, not given back */
+  CHECK(st_arena_trim(f.arena) == G && f.budget.reserved == G);
+  st_arena_free(f.arena, b, 0);
+  CHECK(st_arena_trim(f.arena) == G && f.budget.reserved == 0);
+  teardown(&f);
+}
+
+static void test_region_maps_what_its_blocks_touch(void) {
+  fixture f;
+  setup(&f);
+  void *w, *base;
+  st_arena_block *wb, *region;
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &w, &wb)); /* a weight below the region */
+  CHECK_OK(st_arena_region(f.arena, 64 * MiB + 4096, 512, &base, &region));
+  uint8_t* r = base;
+  CHECK((uintptr_t)(r - (uint8_t*)w) % G == 0 && r > (uint8_t*)w); /* starts on a granule */
+  CHECK(f.budget.reserved == G);                                 /* address space only */
+  CHECK_OK(st_arena_region_ref(f.arena, r + 10 * MiB, 3 * MiB)); /* granules 5 and 6 */
+  CHECK(f.budget.reserved == 3 * G && f.budget.peak_reserved == 3 * G);
+  CHECK_OK(st_arena_region_ref(f.arena, r + 13 * MiB, 512));     /* granule 6 again */
+  CHECK(f.budget.reserved == 3 * G);
+  /* A block above the region shares the region's last granule (one of 1.5 MiB: the 1 MiB
+   * left free below the region, which starts on a granule, is too small for it). */
+  void* above;
+  st_arena_block* ab;
+  CHECK_OK(st_arena_alloc(f.arena, 3 * MiB / 2, 0, &above, &ab));
+  CHECK((uint8_t*)above == r + 64 * MiB + 4096);
+  CHECK(f.budget.reserved == 4 * G);
+  CHECK_OK(st_arena_region_ref(f.arena, r + 63 * MiB, MiB + 4096)); /* the last granule: mapped */
+  CHECK(f.budget.reserved == 5 * G);
+  st_arena_region_unref(f.arena, r + 63 * MiB, MiB + 4096);
+  st_arena_region_unref(f.arena, r + 10 * MiB, 3 * MiB);
+  st_arena_region_unref(f.arena, r + 13 * MiB, 512);
+  CHECK(st_arena_trim(f.arena) == 3 * G && f.budget.reserved == 2 * G);
+  /* Released, the region's address space serves blocks again. */
+  st_arena_region_release(f.arena, region);
+  void* again;
+  st_arena_block* gb;
+  CHECK_OK(st_arena_alloc(f.arena, 32 * MiB, 0, &again, &gb));
+  CHECK((uint8_t*)again < r + 64 * MiB);
+  st_arena_free(f.arena, gb, 0);
+  st_arena_free(f.arena, ab, 0);
+  st_arena_free(f.arena, wb, 0);
+  teardown(&f);
+}
+
+/* A plan served from a region: reserved is what its live blocks touch, never the whole pool,
+ * and a destroyed runtime gives back its blocks' granules and its address space. */
+static void test_runtime_in_a_region(void) {
+  fixture f;
+  setup(&f);
+  /* Two 8 MiB positions at offsets 0 and 32 MiB of a 40 MiB pool, never live together. */
+  st_plan_entry iter[2] = {{8 * MiB, 0, PLAN_CLASS_PERIODIC, UINT32_MAX},
+                           {8 * MiB, 32 * MiB, PLAN_CLASS_PERIODIC, UINT32_MAX}};
+  stalloc_plan p = {.pool_size = 40 * MiB, .alignment = 512, .iteration = iter, .iteration_count = 2};
+  seal_plan(&p);
+  st_runtime* rt;
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, &rt));
+  CHECK(f.budget.reserved == 0 && st_runtime_pool_size(rt) == 40 * MiB);
+  void* ptr[2];
+  st_range_node* node[2];
+  st_rt_outcome out;
+  for (int it = 0; it < 3; it++)
+    for (int i = 0; i < 2; i++) {
+      CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[i], &node[i]));
+      CHECK(out == RT_HIT);
+      CHECK(f.budget.reserved == 4 * G);
+      st_runtime_free(rt, node[i], 0);
+    }
+  CHECK(f.budget.peak_reserved == 4 * G); /* not 40 MiB */
+  void* base;
+  uint64_t size;
+  st_runtime_pool_allocation(rt, &base, &size);
+  CHECK(base == NULL && size == 0); /* not one backend allocation (getBaseAllocation refuses) */
+  CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[0], &node[0]));
+  st_runtime_destroy(rt); /* live block included */
+  CHECK(st_arena_trim(f.arena) == 4 * G && f.budget.reserved == 0);
+  void* again;
+  st_arena_block* gb;
+  CHECK_OK(st_arena_alloc(f.arena, 40 * MiB, 0, &again, &gb));
+  CHECK(again == ptr[0]); /* the region's range is free again */
+  st_arena_free(f.arena, gb, 0);
+  teardown(&f);
+}
+
+static void test_slab_chunks_share_granules(void) {
+  fixture f;
+  setup(&f);
+  st_slab* slab;
+  CHECK_OK(st_slab_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 16, &slab));
+  void* big;
+  st_arena_block* bb;
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &big, &bb));
+  void* t;
+  st_slot* slot;
+  CHECK_OK(st_slab_alloc(slab, 100, 0, &t, &slot));
+  CHECK(f.budget.reserved == G); /* the chunk lies in the granule the big block opened */
+  st_slab_free(slab, slot, 0);
+  st_slab_destroy(slab);
+  st_arena_free(f.arena, bb, 0);
+  teardown(&f);
+}
+
+/* Granules emptied and filled again every step must not pile up in the cached list: a
+ * million cycles stay within memory (the list holds each granule at most once). */
+static void test_cached_list_stays_bounded(void) {
+  fixture f;
+  setup(&f);
+  void* keep;
+  st_arena_block* kb;
+  CHECK_OK(st_arena_alloc(f.arena, G, 0, &keep, &kb));
+  for (int i = 0; i < 1000000; i++) {
+    void* p;
+    st_arena_block* b;
+    CHECK_OK(st_arena_alloc(f.arena, 3 * G, 0, &p, &b));
+    st_arena_free(f.arena, b, 0);
+    CHECK(st_arena_cached_entries(f.arena) <= 4);
+  }
+  CHECK(f.budget.peak_reserved == 4 * G);
+  CHECK(st_arena_trim(f.arena) == 3 * G);
+  st_arena_free(f.arena, kb, 0);
+  teardown(&f);
+}
+
+int main(void) {
+  RUN(test_granules_follow_live_blocks);
+  RUN(test_region_maps_what_its_blocks_touch);
+  RUN(test_runtime_in_a_region);
+  RUN(test_slab_chunks_share_granules);
+  RUN(test_cached_list_stays_bounded);
+  return 0;
+}
