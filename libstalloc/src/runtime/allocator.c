@@ -186,6 +186,7 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
   if (a->arena && (s = st_arena_alloc(a->arena, size, stream, p, &ablock)) == STALLOC_OK) {
     *handle = ablock;
     *origin = ORIGIN_ARENA;
+    if (a->runtime) st_runtime_missed_into_arena(a->runtime);
   } else { /* a request past the arena's range, or no arena: cached segments */
     st_block* block;
     s = st_fallback_alloc(a->fallback, size, stream, p, &block);
@@ -523,6 +524,7 @@ static bool drop_plan(stalloc_allocator_t* a) {
   st_runtime* old = a->runtime;
   a->retired[a->retired_count++] = old;
   a->runtime = NULL;
+  st_runtime_retire(old);
   retire_if_idle(a, old);
   return true;
 }

@@ -443,6 +443,8 @@ void st_arena_region_release(st_arena* a, st_arena_block* region) { coalesce(a, 
 
 uint64_t st_arena_alignment(const st_arena* a) { return a->alignment; }
 
+uint64_t st_arena_granule(const st_arena* a) { return a->granule; }
+
 size_t st_arena_cached_entries(const st_arena* a) { return a->cached_count; }
 
 void st_arena_free(st_arena* a, st_arena_block* b, uint64_t stream) {

@@ -24,9 +24,9 @@ stalloc_status_t st_arena_alloc(st_arena* arena, uint64_t size, uint64_t stream,
  * that work is done). */
 void st_arena_free(st_arena* arena, st_arena_block* block, uint64_t stream);
 /* A plan's pool inside the arena: `size` bytes of address space starting at a multiple of
- * `align` (and of the granule), nothing mapped. Its user maps what it uses, range by range,
- * with region_ref / region_unref, so the pool costs the granules its live blocks touch, and
- * a pool that is dropped gives back its granules as its blocks are freed. */
+ * `align` (and of the granule), nothing mapped. Its user maps what it uses with region_ref
+ * (counted on the granules like a block) and lets go with region_unref, so the pool costs the
+ * granules it holds, and a pool that is dropped gives them back as its blocks are freed. */
 stalloc_status_t st_arena_region(st_arena* arena, uint64_t size, uint64_t align, void** ptr,
                                  st_arena_block** region);
 /* Counts [ptr, ptr + size) of a region on its granules, mapping those not mapped. */
@@ -36,6 +36,8 @@ void st_arena_region_unref(st_arena* arena, const void* ptr, uint64_t size);
 void st_arena_region_release(st_arena* arena, st_arena_block* region);
 /* The alignment of every block (the allocator's). */
 uint64_t st_arena_alignment(const st_arena* arena);
+/* The granule memory is mapped in (the backend's map granularity). */
+uint64_t st_arena_granule(const st_arena* arena);
 /* Entries in the list of cached granules (at most one per granule of the range). */
 size_t st_arena_cached_entries(const st_arena* arena);
 /* Unmaps every granule that holds no live byte; gives the bytes returned. */

@@ -55,8 +55,20 @@ struct st_runtime {
   uint8_t* base;
   uint64_t pool_size;
   bool pool_mapped; /* reserve+map rather than alloc */
-  st_arena* arena;  /* the pool is a region of the growable pool: each block maps its granules */
+  /* The pool as a region of the growable pool (arena.h), in one of two modes. Held: the
+   * region holds (one reference each) the granules its blocks have touched; planned positions
+   * repeat every iteration, so a hit checks one flag per entry rather than counting granules.
+   * Counted: each block counts itself on its granules, so what no block touches is free for
+   * the growable pool. A plan switches to counted when a request misses into the growable pool
+   * (the run is not following it: its idle granules should serve the misses), back to held
+   * after a step with no such miss, and for good when it is retired. */
+  st_arena* arena;
   st_arena_block* region;
+  uint64_t granule;
+  uint8_t* held;     /* per granule of the region: held */
+  uint8_t* ready;    /* per entry: its range's granules are held */
+  bool counted, retired;
+  uint64_t arena_misses; /* since the last step marker */
 
   st_plan_entry* entries; /* prologue then one iteration */
   uint64_t P, I;
@@ -150,18 +162,11 @@ static st_range_node* tr_remove(st_range_node* t, st_range_node* n) {
 
 /* ---- nodes, pending frees ---- */
 
-/* Fails for lack of host memory, or (a pool in the arena) of device memory for its granules. */
 static stalloc_status_t node_new(st_runtime* rt, uint64_t start, uint64_t end, uint64_t stream,
                                  st_range_node** out) {
   st_range_node* n = rt->spare;
   if (n) rt->spare = n->pnext;
   else if (!(n = malloc(sizeof *n))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
-  stalloc_status_t s;
-  if (rt->region && (s = st_arena_region_ref(rt->arena, rt->base + start, end - start))) {
-    n->pnext = rt->spare;
-    rt->spare = n;
-    return s;
-  }
   rt->rng = rt->rng * 1664525u + 1013904223u;
   *n = (st_range_node){.start = start, .end = end, .max_end = end, .prio = rt->rng,
                        .state = NODE_LIVE, .stream = stream, .owner = rt};
@@ -180,10 +185,60 @@ static void node_drop(st_runtime* rt, st_range_node* n) {
     else rt->pending_tail = n->pprev;
     if (n->event) rt->ops->event_destroy(rt->backend, n->event);
   }
-  if (rt->region) st_arena_region_unref(rt->arena, rt->base + n->start, n->end - n->start);
+  if (rt->counted) st_arena_region_unref(rt->arena, rt->base + n->start, n->end - n->start);
   n->pnext = rt->spare;
   rt->spare = n;
   rt->nodes--;
+}
+
+/* Maps (holds) the region's granules under [start, end) not held yet. */
+static stalloc_status_t hold_range(st_runtime* rt, uint64_t start, uint64_t end) {
+  for (uint64_t g = start / rt->granule, last = (end - 1) / rt->granule; g <= last; g++) {
+    if (rt->held[g]) continue;
+    stalloc_status_t s = st_arena_region_ref(rt->arena, rt->base + g * rt->granule, rt->granule);
+    if (s) return s;
+    rt->held[g] = 1;
+  }
+  return STALLOC_OK;
+}
+
+/* Counts (or, d = -1, uncounts) live and pending blocks on their granules: held ones, so
+ * mapped, and counting cannot fail. */
+static void count_nodes(st_runtime* rt, st_range_node* t, int d) {
+  for (; t; t = t->right) {
+    count_nodes(rt, t->left, d);
+    if (d > 0) (void)st_arena_region_ref(rt->arena, rt->base + t->start, t->end - t->start);
+    else st_arena_region_unref(rt->arena, rt->base + t->start, t->end - t->start);
+  }
+}
+
+/* Held to counted: every block counts itself, then the region lets go of its granules (those
+ * no block touches are cached, and go back before new granules are mapped). */
+static void count_granules(st_runtime* rt) {
+  if (!rt->region || rt->counted) return;
+  count_nodes(rt, rt->root, +1);
+  for (uint64_t g = 0; g * rt->granule < rt->pool_size; g++)
+    if (rt->held[g]) {
+      st_arena_region_unref(rt->arena, rt->base + g * rt->granule, rt->granule);
+      rt->held[g] = 0;
+    }
+  memset(rt->ready, 0, (size_t)(rt->P + rt->I));
+  rt->counted = true;
+}
+
+/* Counted to held: the region holds what its blocks touch now, and hits hold the rest again. */
+static void hold_nodes(st_runtime* rt, st_range_node* t) {
+  for (; t; t = t->right) {
+    hold_nodes(rt, t->left);
+    (void)hold_range(rt, t->start, t->end); /* mapped already: cannot fail */
+  }
+}
+
+static void hold_granules(st_runtime* rt) {
+  if (!rt->counted || rt->retired) return;
+  hold_nodes(rt, rt->root);
+  count_nodes(rt, rt->root, -1);
+  rt->counted = false;
 }
 
 static bool event_done(st_runtime* rt, st_range_node* n) {
@@ -467,6 +522,10 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
   void* base = NULL;
   stalloc_status_t s;
   if (rt->arena) { /* address space only: blocks map what they touch */
+    rt->granule = st_arena_granule(rt->arena);
+    size_t granules = (size_t)((size + rt->granule - 1) / rt->granule);
+    if (!(rt->held = calloc(granules, 1)))
+      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory for %zu granule flags", granules);
     if ((s = st_arena_region(rt->arena, size, rt->alignment, &base, &rt->region))) return s;
     rt->base = base;
     rt->pool_size = size;
@@ -511,7 +570,8 @@ stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const 
   rt->window_of = malloc((rt->I ? rt->I : 1) * sizeof *rt->window_of);
   rt->windows = malloc((plan->window_count ? plan->window_count : 1) * sizeof *rt->windows);
   rt->ranges = malloc((plan->range_count ? plan->range_count : 1) * sizeof *rt->ranges);
-  if (!rt->entries || !rt->window_of || !rt->windows || !rt->ranges) {
+  rt->ready = calloc(n ? n : 1, 1);
+  if (!rt->entries || !rt->window_of || !rt->windows || !rt->ranges || !rt->ready) {
     st_runtime_destroy(rt);
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory for %zu entries", n);
   }
@@ -547,6 +607,8 @@ void st_runtime_destroy(st_runtime* rt) {
     free(n);
   }
   if (rt->region) {
+    for (uint64_t g = 0; !rt->counted && g * rt->granule < rt->pool_size; g++)
+      if (rt->held[g]) st_arena_region_unref(rt->arena, rt->base + g * rt->granule, rt->granule);
     st_arena_region_release(rt->arena, rt->region);
   } else if (rt->base) {
     if (rt->pool_mapped) {
@@ -557,6 +619,8 @@ void st_runtime_destroy(st_runtime* rt) {
     }
     st_budget_sub(rt->budget, rt->pool_size);
   }
+  free(rt->held);
+  free(rt->ready);
   free(rt->entries);
   free(rt->window_of);
   free(rt->windows);
@@ -574,10 +638,20 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
       e->offset + end <= rt->pool_size) {
     /* A resized request (match() took it for this entry) keeps the planned offset when it is
      * no larger than planned. */
+    size_t idx = (size_t)(e - rt->entries);
     if (size <= e->size && range_free(rt, e->offset, e->offset + end, stream)) {
+      stalloc_status_t s;
+      if (rt->region && rt->counted) {
+        if ((s = st_arena_region_ref(rt->arena, rt->base + e->offset, end))) return s;
+      } else if (rt->region && !rt->ready[idx]) { /* its granules, the first time it is hit */
+        if ((s = hold_range(rt, e->offset, e->offset + st_align_up(e->size, rt->alignment)))) return s;
+        rt->ready[idx] = 1;
+      }
       st_range_node* n;
-      stalloc_status_t s = node_new(rt, e->offset, e->offset + end, stream, &n);
-      if (s) return s;
+      if ((s = node_new(rt, e->offset, e->offset + end, stream, &n))) {
+        if (rt->counted) st_arena_region_unref(rt->arena, rt->base + e->offset, end);
+        return s;
+      }
       rt->c.hits++;
       rt->c.hit_bytes += size;
       *outcome = RT_HIT;
@@ -605,9 +679,15 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
   if (!e || (e->cls != PLAN_CLASS_DYNAMIC)) rt->c.miss_bytes += size;
   uint64_t off;
   if ((w != UINT32_MAX && place_dynamic(rt, w, size, &off)) || (rt->lost >= LOST_IN_POOL && place_in_pool(rt, size, &off))) {
-    st_range_node* n;
-    stalloc_status_t s = node_new(rt, off, off + end, stream, &n);
+    stalloc_status_t s = STALLOC_OK;
+    if (rt->region)
+      s = rt->counted ? st_arena_region_ref(rt->arena, rt->base + off, end) : hold_range(rt, off, off + end);
     if (s) return s;
+    st_range_node* n;
+    if ((s = node_new(rt, off, off + end, stream, &n))) {
+      if (rt->counted) st_arena_region_unref(rt->arena, rt->base + off, end);
+      return s;
+    }
     rt->c.dynamic++;
     *outcome = RT_DYNAMIC;
     *ptr = rt->base + off;
@@ -636,6 +716,8 @@ void st_runtime_free(st_runtime* rt, st_range_node* n, uint64_t stream) {
 }
 
 void st_runtime_step(st_runtime* rt) {
+  if (rt->counted && !rt->arena_misses) hold_granules(rt); /* a step that followed the plan */
+  rt->arena_misses = 0;
   if (!rt->use_steps || !rt->I || rt->cursor < rt->P) return;
   uint64_t k = (rt->cursor - rt->P) % rt->I;
   if (!k) return;
@@ -663,3 +745,13 @@ void st_runtime_pool_allocation(const st_runtime* rt, void** base, uint64_t* siz
 }
 
 uint64_t st_runtime_pool_size(const st_runtime* rt) { return rt->pool_size; }
+
+void st_runtime_missed_into_arena(st_runtime* rt) {
+  rt->arena_misses++;
+  count_granules(rt);
+}
+
+void st_runtime_retire(st_runtime* rt) {
+  count_granules(rt);
+  rt->retired = true;
+}

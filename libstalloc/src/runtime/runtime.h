@@ -42,7 +42,15 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
                                   void** ptr, st_range_node** node);
 /* Frees a block st_runtime_alloc placed; stream is where its last use was queued. */
 void st_runtime_free(st_runtime* rt, st_range_node* node, uint64_t stream);
-/* A step marker: with a plan made from step markers, the next alloc starts an iteration. */
+/* A request the plan did not place went to the growable pool: until a step passes without
+ * one, each block of a pool in the arena keeps only the granules it touches, so the pool's idle
+ * granules can serve the misses (see runtime.c, "held" and "counted"). */
+void st_runtime_missed_into_arena(st_runtime* rt);
+/* The plan is no longer served (dropped or replaced) but blocks of its pool live on: from now
+ * on each one keeps only the granules it touches, so they go back as the blocks are freed. */
+void st_runtime_retire(st_runtime* rt);
+/* A step marker: with a plan made from step markers, the next alloc starts an iteration; a
+ * pool in the arena whose step had no miss into the growable pool holds its granules again. */
 void st_runtime_step(st_runtime* rt);
 /* True when no block of the pool is live or waiting for its stream (a replaced plan's pool
  * is given back then). */

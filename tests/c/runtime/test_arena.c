@@ -91,42 +91,66 @@ static void test_region_maps_what_its_blocks_touch(void) {
   teardown(&f);
 }
 
-/* A plan served from a region: reserved is what its live blocks touch, never the whole pool,
- * and a destroyed runtime gives back its blocks' granules and its address space. */
+/* A plan served from a region: reserved is the granules its blocks have touched, never the
+ * whole pool; retired, it keeps only the granules of blocks still live; destroyed, it gives
+ * back its address space. */
 static void test_runtime_in_a_region(void) {
   fixture f;
   setup(&f);
-  /* Two 8 MiB positions at offsets 0 and 32 MiB of a 40 MiB pool, never live together. */
+  /* Two 8 MiB positions at offsets 0 and 32 MiB of a 48 MiB pool, never live together. */
   st_plan_entry iter[2] = {{8 * MiB, 0, PLAN_CLASS_PERIODIC, UINT32_MAX},
                            {8 * MiB, 32 * MiB, PLAN_CLASS_PERIODIC, UINT32_MAX}};
-  stalloc_plan p = {.pool_size = 40 * MiB, .alignment = 512, .iteration = iter, .iteration_count = 2};
+  stalloc_plan p = {.pool_size = 48 * MiB, .alignment = 512, .iteration = iter, .iteration_count = 2};
   seal_plan(&p);
   st_runtime* rt;
   CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, &rt));
-  CHECK(f.budget.reserved == 0 && st_runtime_pool_size(rt) == 40 * MiB);
+  CHECK(f.budget.reserved == 0 && st_runtime_pool_size(rt) == 48 * MiB);
   void* ptr[2];
   st_range_node* node[2];
   st_rt_outcome out;
   for (int it = 0; it < 3; it++)
     for (int i = 0; i < 2; i++) {
       CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[i], &node[i]));
-      CHECK(out == RT_HIT);
-      CHECK(f.budget.reserved == 4 * G);
+      CHECK(out == RT_HIT && f.budget.reserved == (it || i ? 8 : 4) * G);
       st_runtime_free(rt, node[i], 0);
     }
-  CHECK(f.budget.peak_reserved == 4 * G); /* not 40 MiB */
+  CHECK(f.budget.peak_reserved == 8 * G); /* not the 24 granules of the pool */
+  CHECK(st_arena_trim(f.arena) == 0);     /* held while the plan is served */
   void* base;
   uint64_t size;
   st_runtime_pool_allocation(rt, &base, &size);
   CHECK(base == NULL && size == 0); /* not one backend allocation (getBaseAllocation refuses) */
+  /* A miss into the growable pool: the region lets go of its idle granules until a step
+   * passes without one. */
+  st_runtime_missed_into_arena(rt);
+  CHECK(st_arena_trim(f.arena) == 8 * G && f.budget.reserved == 0);
   CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[0], &node[0]));
-  st_runtime_destroy(rt); /* live block included */
-  CHECK(st_arena_trim(f.arena) == 4 * G && f.budget.reserved == 0);
+  CHECK(out == RT_HIT && f.budget.reserved == 4 * G);
+  st_runtime_free(rt, node[0], 0);
+  CHECK(st_arena_trim(f.arena) == 4 * G);
+  st_runtime_step(rt); /* the step that missed ends */
+  CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[1], &node[1]));
+  st_runtime_step(rt); /* a step without a miss: held again, the live block's granules first */
+  st_runtime_free(rt, node[1], 0);
+  CHECK(st_arena_trim(f.arena) == 0 && f.budget.reserved == 4 * G);
+  CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[0], &node[0]));
+  CHECK(f.budget.reserved == 8 * G);
+  st_runtime_retire(rt); /* dropped with a block live: only its granules stay */
+  CHECK(st_arena_trim(f.arena) == 4 * G && f.budget.reserved == 4 * G);
+  st_runtime_free(rt, node[0], 0);
+  CHECK(st_runtime_idle(rt) && st_arena_trim(f.arena) == 4 * G && f.budget.reserved == 0);
+  st_runtime_destroy(rt);
   void* again;
   st_arena_block* gb;
-  CHECK_OK(st_arena_alloc(f.arena, 40 * MiB, 0, &again, &gb));
+  CHECK_OK(st_arena_alloc(f.arena, 48 * MiB, 0, &again, &gb));
   CHECK(again == ptr[0]); /* the region's range is free again */
   st_arena_free(f.arena, gb, 0);
+  CHECK(st_arena_trim(f.arena) == 24 * G);
+  /* Destroyed while served, live block included: everything goes back. */
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, &rt));
+  CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[0], &node[0]));
+  st_runtime_destroy(rt);
+  CHECK(st_arena_trim(f.arena) == 4 * G && f.budget.reserved == 0);
   teardown(&f);
 }
 
