@@ -48,9 +48,14 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
 
+def granule_floor(lower_bound: int, granule: int = 2 << 20) -> int:
+    """The least waste of memory mapped in 2 MiB granules (CUDA's): the lower bound rounded up."""
+    return -(-lower_bound // granule) * granule - lower_bound
+
+
 def table(paths: list[Path], scale: int) -> None:
     print(f"sizes x{scale}" if scale != 1 else "sizes as recorded")
-    head = (f"{'trace':<22} {'events':>8} {'lower bound MiB':>15} {'PyTorch waste':>13} "
+    head = (f"{'trace':<22} {'events':>8} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} "
             f"{'expandable waste':>16} {'online waste':>12} {'vs PyTorch':>10} {'vs expandable':>13} "
             f"{'saved-plan waste':>16} {'vs PyTorch':>10} {'seconds':>7}")
     print(head + "\n" + "-" * len(head))
@@ -64,7 +69,8 @@ def table(paths: list[Path], scale: int) -> None:
         def ratio(a, b):
             return a["waste"] / b["waste"] if b["waste"] else float("nan")
 
-        print(f"{p.stem:<22} {len(t):>8,} {mib(t.lower_bound):>15} {mib(py['waste']):>13} "
+        print(f"{p.stem:<22} {len(t):>8,} {mib(t.lower_bound):>15} {mib(granule_floor(t.lower_bound)):>11} "
+              f"{mib(py['waste']):>13} "
               f"{mib(ex['waste']):>16} {mib(st['waste']):>12} {ratio(st, py):>10.1%} "
               f"{ratio(st, ex):>13.1%} {mib(saved['waste']):>16} {ratio(saved, py):>10.1%} {sec:>7.2f}")
 

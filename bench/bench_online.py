@@ -54,7 +54,7 @@ def main() -> None:
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
-    head = (f"{'trace':<24} {'lower bound MiB':>15} {'PyTorch waste':>13} {'expandable waste':>16} "
+    head = (f"{'trace':<24} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} {'expandable waste':>16} "
             f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
             f"{'plan ms':>8} {'delay ms':>8}")
     print(head + "\n" + "-" * len(head))
@@ -64,7 +64,8 @@ def main() -> None:
         a = r["waste"] / r["torch"] if r["torch"] else float("nan")
         b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")
         vs_ex.append(b)
-        print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
+        floor = -(-r["lb"] // (2 << 20)) * (2 << 20) - r["lb"]  # the lower bound in whole 2 MiB granules
+        print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(floor):>11} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
               f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['plan_ms']:>8.1f} "
               f"{r['delay_ms']:>8.1f}")
     print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "

@@ -48,6 +48,7 @@ _INFO_INT_FIELDS = (
     "lower_bound", "trace_lower_bound", "plan_peak", "pool_size", "alignment", "fingerprint",
     "persistent", "periodic", "tiny", "dynamic", "warmup", "prologue_count", "iteration_count",
     "steps_found", "uses_step_markers", "window_count", "range_count", "reusable_bytes",
+    "sizes_tolerated",
 )
 
 
@@ -77,6 +78,7 @@ class PlanInfo:
     reusable_bytes: int
     ratio: float
     seconds: float
+    sizes_tolerated: int  # 1: each entry holds the largest size its position reached
 
     @property
     def classes(self) -> dict:
@@ -183,10 +185,14 @@ class Plan:
 
 def plan(trace, time_limit: float = 2.0, *, detect_period: bool = True,
          use_step_markers: bool = True, classify: bool = True, reuse_space: bool = True,
-         alignment: int = 512, tiny_threshold: int = 512, dynamic_headroom: float = 1.0) -> Plan:
+         alignment: int = 512, tiny_threshold: int = 512, dynamic_headroom: float = 1.0,
+         tolerate_sizes: bool = False) -> Plan:
     """Plans a trace (a :class:`Trace` or a path any loader reads). See docs/planner.md.
     ``dynamic_headroom``: each reuse window gets an arena of the most live dynamic bytes seen in
-    a recorded iteration times this (>= 1; 0: no arenas, only the space planned requests leave)."""
+    a recorded iteration times this (>= 1; 0: no arenas, only the space planned requests leave).
+    ``tolerate_sizes``: steps with the same number of allocs between step markers are one
+    period even when their sizes differ (dynamic padding, a curriculum); each position is
+    planned at the largest size it reached, and a request no larger takes its slot."""
     if not isinstance(trace, Trace):
         from .load import load_trace
 
@@ -203,6 +209,7 @@ def plan(trace, time_limit: float = 2.0, *, detect_period: bool = True,
     p.alignment = int(alignment)
     p.tiny_threshold = int(tiny_threshold)
     p.dynamic_headroom = float(dynamic_headroom)
+    p.tolerate_sizes = int(bool(tolerate_sizes))
     out = ffi.new("stalloc_plan_t**")
     check(lib.stalloc_plan_create(trace._handle, p, out))
     return Plan(out[0])

@@ -63,10 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
    * STALLOC_ERR_INVALID_ARGUMENT); nothing else. */
   FUZZ_ASSERT(s == STALLOC_OK || (s == STALLOC_ERR_INVALID_ARGUMENT && plan == NULL &&
                                   strstr(stalloc_last_error(), "2^64") != NULL));
-  /* A plan is the plan for its own trace. Not asserted with tolerate_sizes: such a plan holds
-   * each position's largest size and the check compares the trace's first iteration exactly
-   * (docs/fuzzing.md, "Known findings"). */
-  if (plan && !pp.tolerate_sizes) FUZZ_ASSERT(stalloc_plan_check(plan, t) == STALLOC_OK);
+  /* A plan is the plan for its own trace, sizes tolerated or not. */
+  if (plan) FUZZ_ASSERT(stalloc_plan_check(plan, t) == STALLOC_OK);
 
   stalloc_replay_options_t o;
   stalloc_replay_options_init(&o);

@@ -135,6 +135,37 @@ def test_plan_for_another_trace_is_a_mismatch(traces_dir):
         p.check(stalloc.Trace())
 
 
+def test_a_plan_with_sizes_tolerated_is_for_its_own_trace(traces_dir, tmp_path):
+    # Dynamic padding: every step has the same allocs, their sizes vary. Planned with sizes
+    # tolerated, each position holds its largest size: the plan still checks against the trace
+    # it came from (no false foreign-plan warning), not against another, keeps the flag in its
+    # file, and a run served from it puts every request, smaller ones too, at its offset.
+    import warnings
+    t = stalloc.load_trace(traces_dir / "changing" / "llama_dynpad.npz")
+    p = stalloc.plan(t, time_limit=0, tolerate_sizes=True)
+    assert p.info().sizes_tolerated == 1 and p.info().iteration_count > 0
+    p.check(t)
+    with pytest.raises(stalloc.PlanMismatchError):
+        p.check(load(traces_dir, "llama_plain"))
+    p.save(tmp_path / "dyn.plan")
+    q = stalloc.Plan.load(tmp_path / "dyn.plan")
+    assert q.info().sizes_tolerated == 1 and q.info().fingerprint == p.info().fingerprint
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ForeignPlanWarning would fail the test
+        r = stalloc.replay(t, q, backend="host", check=True)
+    assert r["checked_events"] == r["requests"]
+    # (the few misses left are steps with another number of allocs than the period's)
+    assert r["misses"] <= 0.02 * r["hits"]
+    assert stalloc.plan(t, time_limit=0).info().sizes_tolerated == 0
+
+
+def test_cli_plan_tolerate_sizes(traces_dir, tmp_path, capsys):
+    out = tmp_path / "p.plan"
+    assert main(["plan", str(traces_dir / "changing" / "gpt2_curriculum.npz"), "-o", str(out),
+                 "--tolerate-sizes", "--time-limit", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sizes_tolerated"] == 1
+
+
 def test_classes_and_views(traces_dir):
     p = stalloc.plan(load(traces_dir, "gpt2_plain"), time_limit=0)
     pro, it = p.prologue, p.iteration

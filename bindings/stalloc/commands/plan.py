@@ -49,7 +49,7 @@ def run(args) -> int:
 
     trace = load_trace(args.trace, args.format)
     p = plan(trace, time_limit=args.time_limit, use_step_markers=not args.no_markers,
-             reuse_space=not args.no_reuse)
+             reuse_space=not args.no_reuse, tolerate_sizes=args.tolerate_sizes)
     p.save(args.output)
     i = p.info()
     if args.json:
@@ -61,6 +61,8 @@ def run(args) -> int:
     steps = f"{i.steps_found} " + ("(step markers)" if i.uses_step_markers else
                                    "(period of the alloc sizes)" if i.iteration_count else
                                    "(no steady state: static plan)")
+    if i.sizes_tolerated:
+        steps += ", sizes tolerated (each position at its largest)"
     print_table([
         ("lower bound", f"{fmt_bytes(i.lower_bound)} ({i.lower_bound:,} B, of the planned requests)"),
         ("trace lower bound", f"{fmt_bytes(i.trace_lower_bound)} ({i.trace_lower_bound:,} B, all requests)"),
@@ -87,5 +89,8 @@ def register(sub) -> None:
     p.add_argument("--no-markers", action="store_true",
                    help="ignore step markers: find the iteration from the alloc sizes")
     p.add_argument("--no-reuse", action="store_true", help="skip the reusable-space table")
+    p.add_argument("--tolerate-sizes", action="store_true",
+                   help="steps with as many allocs are one period whatever their sizes (dynamic "
+                        "padding, a curriculum): each position planned at its largest size")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)

@@ -442,6 +442,8 @@ typedef struct stalloc_plan_info {
   double ratio;               /* plan_peak / lower_bound (1 when nothing is planned); pool_size /
                                  lower_bound when an arena lies above every entry */
   double seconds;             /* planning time */
+  uint64_t sizes_tolerated;   /* 1: planned with tolerate_sizes (each entry holds the largest size
+                                 its position reached; a request no larger takes the slot) */
 } stalloc_plan_info_t;
 
 STALLOC_API void stalloc_plan_params_init(stalloc_plan_params_t* params);

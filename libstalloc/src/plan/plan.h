@@ -48,6 +48,8 @@ typedef struct stalloc_plan {
   uint64_t fingerprint;      /* of the trace's alloc-size sequence (see planner.c) */
   uint32_t steps_found;      /* iterations found in the trace */
   uint32_t uses_step_markers;/* 1: iterations came from step markers, which the runtime may use to resync */
+  uint32_t sizes_tolerated;  /* 1: planned with tolerate_sizes: an entry holds the largest size its
+                                position reached, and a request no larger takes its slot */
   double seconds;            /* planning time */
 
   st_plan_entry* prologue;   /* allocs before the steady state, in run order */

@@ -41,8 +41,9 @@ static uint64_t get64(const uint8_t* p) {
 enum {
   H_MAGIC = 0, H_VERSION = 8, H_HEADER_SIZE = 12, H_POOL = 16, H_ALIGN = 24, H_LB = 32,
   H_PLANNED_LB = 40, H_PEAK = 48, H_FINGERPRINT = 56, H_PROLOGUE = 64, H_ITERATION = 72,
-  H_WINDOWS = 80, H_RANGES = 88, H_STEPS = 96, H_MARKERS = 100, H_SECONDS = 104
-  /* 112..127 reserved, zero */
+  H_WINDOWS = 80, H_RANGES = 88, H_STEPS = 96, H_MARKERS = 100, H_SECONDS = 104,
+  H_TOLERATED = 112
+  /* 116..127 reserved, zero */
 };
 
 /* Bytes a file with these counts has; 0 when that is 2^64 - 1 or more (summed in 128 bits). */
@@ -82,6 +83,7 @@ stalloc_status_t stalloc_plan_save(const stalloc_plan_t* plan, const char* path)
   put64(buf + H_RANGES, plan->range_count);
   put32(buf + H_STEPS, plan->steps_found);
   put32(buf + H_MARKERS, plan->uses_step_markers);
+  put32(buf + H_TOLERATED, plan->sizes_tolerated);
   uint64_t secbits;
   memcpy(&secbits, &plan->seconds, 8);
   put64(buf + H_SECONDS, secbits);
@@ -155,7 +157,7 @@ static stalloc_status_t check_header(const uint8_t* buf, uint64_t len, const cha
                    "%s: counts (prologue %llu, iteration %llu, windows %llu, ranges %llu) are too "
                    "large", path, (unsigned long long)pro, (unsigned long long)it,
                    (unsigned long long)win, (unsigned long long)rng);
-  for (size_t i = H_SECONDS + 8; i < HEADER_SIZE; i++)
+  for (size_t i = H_TOLERATED + 4; i < HEADER_SIZE; i++)
     if (buf[i]) return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: reserved header bytes are not zero", path);
   *want_out = want;
   return STALLOC_OK;
@@ -196,8 +198,11 @@ static stalloc_status_t parse(const uint8_t* buf, uint64_t len, const char* path
   plan->uses_step_markers = get32(buf + H_MARKERS);
   uint64_t secbits = get64(buf + H_SECONDS);
   memcpy(&plan->seconds, &secbits, 8);
+  plan->sizes_tolerated = get32(buf + H_TOLERATED);
   if (plan->uses_step_markers > 1)
     return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: bad step-marker flag", path);
+  if (plan->sizes_tolerated > 1)
+    return st_fail(STALLOC_ERR_BAD_FORMAT, "%s: bad tolerated-sizes flag", path);
   plan->prologue = malloc((size_t)(pro + 1) * sizeof *plan->prologue);
   plan->iteration = malloc((size_t)(it + 1) * sizeof *plan->iteration);
   plan->windows = malloc((size_t)(win + 1) * sizeof *plan->windows);

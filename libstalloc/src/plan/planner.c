@@ -84,9 +84,18 @@ stalloc_status_t st_plan_fingerprint_trace(const stalloc_plan* plan, const stall
                    plan->iteration_count);
   uint64_t h = fnv(fnv(FNV_SEED, plan->prologue_count), plan->iteration_count);
   for (size_t i = 0; i < plan->prologue_count; i++) h = fnv(h, t->requests[i].size);
+  /* With sizes tolerated a position's entry is the largest size it reached: its largest over
+   * the iterations the planner found (steps_found of them from the prologue's end). */
+  size_t reps = 1;
+  if (plan->sizes_tolerated && plan->iteration_count) {
+    reps = (t->request_count - plan->prologue_count) / plan->iteration_count;
+    reps = ST_MAX(ST_MIN(reps, (size_t)plan->steps_found), 1);
+  }
   for (size_t i = 0; i < plan->iteration_count; i++) {
-    bool dyn = plan->iteration[i].cls == PLAN_CLASS_DYNAMIC;
-    h = fnv(h, dyn ? 0 : t->requests[plan->prologue_count + i].size);
+    uint64_t size = 0;
+    for (size_t k = 0; k < reps; k++)
+      size = ST_MAX(size, t->requests[plan->prologue_count + k * plan->iteration_count + i].size);
+    h = fnv(h, plan->iteration[i].cls == PLAN_CLASS_DYNAMIC ? 0 : size);
   }
   *fingerprint = h;
   return STALLOC_OK;
@@ -350,6 +359,7 @@ static stalloc_status_t run(const stalloc_trace_t* t, const stalloc_plan_params_
   plan->iteration_count = P;
   plan->steps_found = (uint32_t)pl->per.iterations;
   plan->uses_step_markers = pl->per.from_markers;
+  plan->sizes_tolerated = prm->tolerate_sizes != 0;
 
   /* placement: with arenas, once with merged windows and, where bursts split them, once with
    * burst windows (half the time limit each); the smaller pool wins */
@@ -515,6 +525,7 @@ stalloc_status_t stalloc_plan_info(const stalloc_plan_t* plan, stalloc_plan_info
   v.iteration_count = plan->iteration_count;
   v.steps_found = plan->steps_found;
   v.uses_step_markers = plan->uses_step_markers;
+  v.sizes_tolerated = plan->sizes_tolerated;
   v.window_count = plan->window_count;
   v.range_count = plan->range_count;
   for (size_t r = 0; r < plan->range_count; r++) v.reusable_bytes += plan->ranges[r].size;

@@ -632,7 +632,7 @@ stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struc
     s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: this allocator already %s",
                 a->runtime ? "serves a plan" : "runs the online lifecycle, which loads its own plans");
   else /* blocks already live stay in the fallback pool; positions count from the run's first alloc */
-    s = install_plan(a, plan, a->allocs_seen, false);
+    s = install_plan(a, plan, a->allocs_seen, plan->sizes_tolerated != 0);
   UNLOCK(a);
   return s;
 }

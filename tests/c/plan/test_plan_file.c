@@ -79,28 +79,40 @@ static void same_entries(const stalloc_plan_t* a, const stalloc_plan_t* b) {
   CHECK(memcmp(&ia, &ib, sizeof ia) == 0);
 }
 
-static stalloc_plan_t* small_plan(stalloc_trace_t** trace) {
+static stalloc_plan_t* small_plan_tolerating(stalloc_trace_t** trace, int32_t tolerate_sizes) {
   stalloc_trace_t* t = make_training_trace(1, 1, 3); /* MoE: has a reuse table */
   stalloc_plan_params_t p;
   stalloc_plan_params_init(&p);
   p.time_limit = 0;
+  p.tolerate_sizes = tolerate_sizes;
   stalloc_plan_t* plan;
   CHECK_OK(stalloc_plan_create(t, &p, &plan));
   *trace = t;
   return plan;
 }
 
+static stalloc_plan_t* small_plan(stalloc_trace_t** trace) { return small_plan_tolerating(trace, 0); }
+
+/* Both ways, with sizes tolerated too: the flag survives the file, and a plan whose entries
+ * hold each position's largest size still checks against the trace it came from. */
 static void test_round_trip(void) {
-  stalloc_trace_t* t;
-  stalloc_plan_t* plan = small_plan(&t);
-  CHECK_OK(stalloc_plan_save(plan, path_of("a.plan")));
-  stalloc_plan_t* back;
-  CHECK_OK(stalloc_plan_load(path_of("a.plan"), &back));
-  same_entries(plan, back);
-  CHECK_OK(stalloc_plan_check(back, t));
-  stalloc_plan_destroy(back);
-  stalloc_plan_destroy(plan);
-  stalloc_trace_destroy(t);
+  for (int32_t tolerate = 0; tolerate < 2; tolerate++) {
+    stalloc_trace_t* t;
+    stalloc_plan_t* plan = small_plan_tolerating(&t, tolerate);
+    CHECK_OK(stalloc_plan_check(plan, t));
+    CHECK_OK(stalloc_plan_save(plan, path_of("a.plan")));
+    stalloc_plan_t* back;
+    CHECK_OK(stalloc_plan_load(path_of("a.plan"), &back));
+    same_entries(plan, back);
+    stalloc_plan_info_t info;
+    stalloc_plan_info_init(&info);
+    CHECK_OK(stalloc_plan_info(back, &info));
+    CHECK(info.sizes_tolerated == (uint64_t)tolerate);
+    CHECK_OK(stalloc_plan_check(back, t));
+    stalloc_plan_destroy(back);
+    stalloc_plan_destroy(plan);
+    stalloc_trace_destroy(t);
+  }
 }
 
 static void test_truncations_and_flips(void) {
