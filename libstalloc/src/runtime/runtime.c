@@ -523,10 +523,14 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
   stalloc_status_t s;
   if (rt->arena) { /* address space only: blocks map what they touch */
     rt->granule = st_arena_granule(rt->arena);
-    size_t granules = (size_t)((size + rt->granule - 1) / rt->granule);
-    if (!(rt->held = calloc(granules, 1)))
-      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory for %zu granule flags", granules);
+    /* the region first: it fails for a pool past the arena's range, before any flag is made */
     if ((s = st_arena_region(rt->arena, size, rt->alignment, &base, &rt->region))) return s;
+    size_t granules = (size_t)((size + rt->granule - 1) / rt->granule);
+    if (!(rt->held = calloc(granules, 1))) {
+      st_arena_region_release(rt->arena, rt->region);
+      rt->region = NULL;
+      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory for %zu granule flags", granules);
+    }
     rt->base = base;
     rt->pool_size = size;
     return STALLOC_OK;
