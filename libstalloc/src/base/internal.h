@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "stalloc/stalloc.h"
 
@@ -19,6 +20,12 @@ static inline uint64_t st_align_up(uint64_t x, uint64_t a) {
   return (x + a - 1) & ~(a - 1);
 }
 static inline bool st_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+
+/* qsort for arrays that may be empty: qsort's pointer must not be NULL even for n = 0, and an
+ * empty array here often is NULL (fuzz_replay found one in plan/reuse.c). */
+static inline void st_sort(void* base, size_t n, size_t size, int (*cmp)(const void*, const void*)) {
+  if (n > 1) qsort(base, n, size, cmp);
+}
 
 /* A caller's cancel flag is written from another thread; read it as an atomic so the read is
  * well defined (the public type stays a plain int for callers without <stdatomic.h>). */

@@ -115,7 +115,7 @@ static bool make_order(placer* p, size_t b, size_t e, int how, const uint64_t* s
     k[j].k2 = fixed_first ? UINT64_MAX - x->lo : w;
     k[j].i = (uint32_t)(b + j);
   }
-  qsort(k, m, sizeof *k, cmp_keyed);
+  st_sort(k, m, sizeof *k, cmp_keyed);
   for (size_t j = 0; j < m; j++) p->order[j] = k[j].i;
   free(k);
   return true;
@@ -697,7 +697,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
     pts[2 * k + 1] = x->upper;
     k++;
   }
-  qsort(pts, 2 * na, sizeof(uint64_t), cmp_u64);
+  st_sort(pts, 2 * na, sizeof(uint64_t), cmp_u64);
   size_t npts = 0;
   for (size_t j = 0; j < 2 * na; j++)
     if (npts == 0 || pts[npts - 1] != pts[j]) pts[npts++] = pts[j];
@@ -720,7 +720,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   free(pts);
   pts = NULL;
   p->n = na;
-  qsort(p->it, na, sizeof(pitem), cmp_pitem_lo);
+  st_sort(p->it, na, sizeof(pitem), cmp_pitem_lo);
 
   /* Fixed items must not overlap each other: sweep them in start order against the live
    * ones (few in practice). */

@@ -54,7 +54,7 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
   bool ok = false;
   if (!ord || !lidx || !group_of || !sub || !sub_off || !floor_at) goto out;
   for (size_t i = 0; i < m; i++) ord[i] = (by_lo){lo[i], (uint32_t)i};
-  qsort(ord, m, sizeof *ord, cmp_by_lo);
+  st_sort(ord, m, sizeof *ord, cmp_by_lo);
 
   /* L, first-fit in order of allocation against the L items placed before that overlap in
    * time (when L is only what lives to the end, that is a stack with no gap). */

@@ -217,7 +217,7 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   /* Preorderings. */
   for (int h = 0; h < ST_SEARCH_HEURISTICS; h++) {
     for (uint32_t i = 0; i < n; i++) fill_key(s, h, i, s->total0, 0, ns, &keys[i]);
-    qsort(keys, n, sizeof *keys, cmp_pre_key);
+    st_sort(keys, n, sizeof *keys, cmp_pre_key);
     for (uint32_t p = 0; p < n; p++) s->pre[h][p] = keys[p].item;
   }
   free(keys);
@@ -412,7 +412,7 @@ static st_search_outcome split(st_search* s, size_t base, uint32_t len, size_t c
     }
     for (uint32_t j = 0; j < m; j++)
       fill_key(s, s->heuristic, s->cur_pre[s->arena[sub + j].pre], s->total, lo, hi, &keys[j]);
-    qsort(keys, m, sizeof *keys, cmp_pre_key);
+    st_sort(keys, m, sizeof *keys, cmp_pre_key);
     for (uint32_t j = 0; j < m; j++) {
       map[j] = keys[j].item;
       s->arena[sub + j] = (order_entry){s->minoff[keys[j].item], j};

@@ -117,7 +117,7 @@ stalloc_status_t st_reuse_compute(stalloc_plan* plan, const st_class_item* prolo
       if (!grow((void**)&occ, &ocap, on + 1, sizeof *occ)) goto oom;
       occ[on++] = (span){arena_offsets[k], arena_offsets[k] + st_align_up(arenas[k].size, a)};
     }
-    qsort(occ, on, sizeof *occ, by_lo);
+    st_sort(occ, on, sizeof *occ, by_lo);
     windows[w].first_range = (uint32_t)rn;
     uint64_t cursor = 0;
     for (size_t k = 0; k <= on; k++) {
@@ -185,7 +185,7 @@ stalloc_status_t st_reuse_arenas(const uint64_t* sizes, const uint64_t* free_pos
         evs[m++] = (ev){base + q, sz, true};
         evs[m++] = (ev){f, sz, false};
       }
-      qsort(evs, m, sizeof *evs, by_time);
+      st_sort(evs, m, sizeof *evs, by_time);
       /* 128 bits: sizes near 2^64 would wrap a 64-bit sum; the need saturates. */
       __int128 live = 0;
       for (size_t j = 0; j < m; j++) {

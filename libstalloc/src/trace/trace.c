@@ -166,7 +166,7 @@ static int cmp_u64(const void* a, const void* b) {
 /* Distinct values among n uint64 (sorts the scratch array). */
 static uint64_t count_distinct(uint64_t* v, size_t n) {
   if (!n) return 0;
-  qsort(v, n, sizeof *v, cmp_u64);
+  st_sort(v, n, sizeof *v, cmp_u64);
   uint64_t d = 1;
   for (size_t i = 1; i < n; i++) d += v[i] != v[i - 1];
   return d;
