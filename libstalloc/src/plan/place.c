@@ -387,56 +387,87 @@ nomem:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
 }
 
-/* A large partition (over GREEDY_MAX items) with time to spare until `until`: for the first
- * half, by peeling off what lives to its end (place_peel.c); then, while it is above its bound
- * and up to GREEDY_BIG items, with greedy orderings (not by section total: too costly to key
- * here), each only if the last one's duration still fits before `until`. */
+/* Peeling tries (place_peel.c): what lives to the partition's end, then also what lives at
+ * least span / divisor time points (items chaining the steps: an input batch, a pipeline's
+ * stashed activations); each divisor splits the rest into other groups. */
+static const uint32_t peel_divisors[] = {0, 8, 4, 16, 2, 32, 3, 64, 6, 12};
+enum { PEEL_TRIES = sizeof peel_divisors / sizeof peel_divisors[0] };
+
+typedef struct peel_arrays {
+  uint32_t *lo, *hi;
+  uint64_t *size, *off;
+} peel_arrays;
+
+/* Peeling tries [from, to) while the bound is not met and time is left before `until`: try
+ * 0 with half of the time, try 1 with the rest, later ones each an equal share of what is
+ * left. */
+static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int to, double until) {
+  size_t m = q->e - q->b;
+  uint32_t span = q->thi - q->tlo;
+  for (int a = from; a < to && q->peak > q->lb; a++) {
+    double left = until - st_now();
+    if (left <= 0 || st_cancel_requested(p->cancel)) return;
+    uint32_t d = peel_divisors[a];
+    uint32_t min_len = d ? (span / d ? span / d : 1) : 0;
+    double share = a == 0 ? left / 2 : a == 1 ? left : left / (double)(to - a);
+    uint64_t pk = 0;
+    bool found = st_place_peel(pa->lo, pa->hi, pa->size, m, min_len, p->align, share, p->cancel,
+                               pa->off, &pk);
+    p->res->orderings_tried++;
+    if (found && pk < q->peak) {
+      q->peak = pk;
+      memcpy(p->off + q->b, pa->off, m * sizeof(uint64_t));
+    }
+  }
+}
+
+static bool peel_setup(placer* p, const part* q, peel_arrays* pa) {
+  size_t m = q->e - q->b;
+  pa->lo = malloc(m * sizeof(uint32_t));
+  pa->hi = malloc(m * sizeof(uint32_t));
+  pa->size = malloc(m * sizeof(uint64_t));
+  pa->off = malloc(m * sizeof(uint64_t));
+  if (!pa->lo || !pa->hi || !pa->size || !pa->off) return false;
+  for (size_t j = 0; j < m; j++) {
+    pa->lo[j] = p->it[q->b + j].lo - q->tlo;
+    pa->hi[j] = p->it[q->b + j].hi - q->tlo;
+    pa->size[j] = p->it[q->b + j].size;
+  }
+  return true;
+}
+
+static void peel_free(peel_arrays* pa) {
+  free(pa->lo);
+  free(pa->hi);
+  free(pa->size);
+  free(pa->off);
+}
+
+static bool peelable(const part* q) {
+  return !q->has_fixed && q->peak > q->lb && q->e - q->b > GREEDY_MAX && q->e - q->b <= PEEL_MAX;
+}
+
+/* A large partition (over GREEDY_MAX items) with time to spare until `until`, while it is
+ * above its bound: the first half goes to peeling (the first two tries); then, up to
+ * GREEDY_BIG items, greedy orderings (not by section total: too costly to key here), each only
+ * if the last one's duration still fits before `until`. The other peeling tries come last
+ * (peel_more), once the search has had its turn. */
 static stalloc_status_t improve_big(placer* p, part* q, double until) {
   size_t m = q->e - q->b;
-  if (!q->has_fixed && q->peak > q->lb && m <= PEEL_MAX) {
-    uint32_t* lo = malloc(m * sizeof(uint32_t));
-    uint32_t* hi = malloc(m * sizeof(uint32_t));
-    uint64_t* size = malloc(m * sizeof(uint64_t));
-    uint64_t* off = malloc(m * sizeof(uint64_t));
-    bool have = lo && hi && size && off;
-    if (have) {
-      for (size_t j = 0; j < m; j++) {
-        lo[j] = p->it[q->b + j].lo - q->tlo;
-        hi[j] = p->it[q->b + j].hi - q->tlo;
-        size[j] = p->it[q->b + j].size;
-      }
-      /* what lives to the end, then also what lives an eighth of the span or more (items
-       * chaining the steps), each with half the share while the bound is not met */
-      uint32_t span = q->thi - q->tlo;
-      uint32_t min_lens[2] = {0, span / 8 ? span / 8 : 1};
-      /* peeling gets the first half; the greedy orderings below keep the second */
-      double peel_until = st_now() + (until - st_now()) / 2;
-      for (int a = 0; a < 2 && q->peak > q->lb; a++) {
-        double t = st_now(), left = peel_until - t;
-        if (left <= 0 || st_cancel_requested(p->cancel)) break;
-        uint64_t pk = 0;
-        bool found = st_place_peel(lo, hi, size, m, min_lens[a], p->align,
-                                   a == 0 ? left / 2 : left, p->cancel, off, &pk);
-        p->res->orderings_tried++;
-        if (found && pk < q->peak) {
-          q->peak = pk;
-          memcpy(p->off + q->b, off, m * sizeof(uint64_t));
-        }
-      }
-    }
-    free(lo); free(hi); free(size); free(off);
-    if (!have)
-      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
+  if (peelable(q)) {
+    peel_arrays pa = {0};
+    bool ok = peel_setup(p, q, &pa);
+    if (ok) peel_tries(p, q, &pa, 0, 2, st_now() + (until - st_now()) / 2);
+    peel_free(&pa);
+    if (!ok) goto nomem;
   }
-  if (m > GREEDY_BIG || q->peak <= q->lb) return STALLOC_OK;
   double last = 0;
-  for (int how = 0; how < ORD_COUNT; how++) {
+  for (int how = 0; how < ORD_COUNT && m <= GREEDY_BIG; how++) {
     if (how == ORD_TOTAL) continue;
     if (!make_order(p, q->b, q->e, how, NULL)) goto nomem;
     for (int bf = 0; bf < 2; bf++) {
       double t = st_now();
-      if (t + last >= until || q->peak <= q->lb || st_cancel_requested(p->cancel))
-        return STALLOC_OK;
+      if (t + last >= until || q->peak <= q->lb || st_cancel_requested(p->cancel)) return STALLOC_OK;
       uint64_t pk = greedy(p, m, bf);
       last = st_now() - t;
       p->res->orderings_tried++;
@@ -449,6 +480,22 @@ static stalloc_status_t improve_big(placer* p, part* q, double until) {
   return STALLOC_OK;
 nomem:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
+}
+
+/* Time left after the search: the large partition that sets the peak gets the other peeling
+ * tries (other splits into groups) until the deadline. */
+static stalloc_status_t peel_more(placer* p, part* parts, size_t np) {
+  part* worst = NULL;
+  for (size_t k = 0; k < np; k++)
+    if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
+  if (!worst || !peelable(worst) || st_now() >= p->deadline) return STALLOC_OK;
+  peel_arrays pa = {0};
+  bool ok = peel_setup(p, worst, &pa);
+  if (ok) peel_tries(p, worst, &pa, 2, PEEL_TRIES, p->deadline);
+  peel_free(&pa);
+  return ok ? STALLOC_OK
+            : st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items",
+                      worst->e - worst->b);
 }
 
 static stalloc_status_t search_setup(placer* p, part* q) {
@@ -811,6 +858,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   uint64_t goal = ST_MAX(lb, fixed_top);
   if (limit > 0.0) {
     st = improve_portfolio(p, parts, nparts, goal, &optimal);
+    if (!st && !optimal) st = peel_more(p, parts, nparts);
     if (st) goto done;
   }
 
