@@ -868,8 +868,17 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   uint64_t peak = 0, aligned_peak = 0;
   for (size_t i = 0; i < na; i++) {
     offsets[p->it[i].orig] = p->off[i];
-    peak = ST_MAX(peak, p->off[i] + items[p->it[i].orig].size);
-    aligned_peak = ST_MAX(aligned_peak, p->off[i] + p->it[i].size);
+    uint64_t top, aligned_top;
+    /* Sizes near 2^64 with less than that live at once: the heuristics can still stack items
+     * past 2^64 (found by fuzz_replay). No such placement is returned. */
+    if (__builtin_add_overflow(p->off[i], items[p->it[i].orig].size, &top) ||
+        __builtin_add_overflow(p->off[i], p->it[i].size, &aligned_top)) {
+      st = st_fail(STALLOC_ERR_INVALID_ARGUMENT,
+                   "placement: the placement found needs more than 2^64 - 1 bytes of address space");
+      goto done;
+    }
+    peak = ST_MAX(peak, top);
+    aligned_peak = ST_MAX(aligned_peak, aligned_top);
   }
   res->peak = peak;
   res->optimal = optimal || aligned_peak <= goal;

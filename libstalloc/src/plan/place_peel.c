@@ -51,6 +51,7 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
   st_place_item* sub = malloc(2 * m * sizeof *sub);
   uint64_t* sub_off = malloc(2 * m * sizeof(uint64_t));
   size_t* floor_at = malloc(m * sizeof(size_t)); /* per group: its floor entry in sub */
+  uint32_t* lset = NULL;
   bool ok = false;
   if (!ord || !lidx || !group_of || !sub || !sub_off || !floor_at) goto out;
   for (size_t i = 0; i < m; i++) ord[i] = (by_lo){lo[i], (uint32_t)i};
@@ -60,20 +61,24 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
    * time (when L is only what lives to the end, that is a stack with no gap). */
   size_t nl = 0;
   uint64_t ltop = 0;
-  uint32_t* lset = malloc(m * sizeof(uint32_t)); /* L items, by offset */
+  lset = malloc(m * sizeof(uint32_t)); /* L items, by offset */
   if (!lset) goto out;
   for (size_t k = 0; k < m; k++) {
     uint32_t i = ord[k].i;
     if (!is_long(lo[i], hi[i], end, min_len)) continue;
-    uint64_t cand = 0;
+    /* Sizes near 2^64 (fuzzed input): a top that does not fit in 64 bits ends the try (the
+     * caller keeps its placement) rather than wrapping to a small, "better" peak. */
+    uint64_t cand = 0, top;
+    if (__builtin_add_overflow(cand, size[i], &top)) goto out;
     for (size_t q = 0; q < nl; q++) {
       uint32_t j = lset[q];
       if (!(lo[j] < hi[i] && lo[i] < hi[j])) continue;
-      if (off[j] >= cand + size[i]) break;
-      cand = ST_MAX(cand, off[j] + size[j]);
+      if (off[j] >= top) break;
+      cand = ST_MAX(cand, off[j] + size[j]); /* an L item's top: checked when it was placed */
+      if (__builtin_add_overflow(cand, size[i], &top)) goto out;
     }
     off[i] = cand;
-    ltop = ST_MAX(ltop, cand + size[i]);
+    ltop = ST_MAX(ltop, top);
     size_t at = nl;
     while (at > 0 && off[lset[at - 1]] > cand) at--;
     memmove(lset + at + 1, lset + at, (nl - at) * sizeof(uint32_t));
@@ -81,6 +86,7 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
     lidx[nl++] = i;
   }
   free(lset);
+  lset = NULL;
   if (nl == 0 || nl == m) goto out;
   /* Groups of R: split wherever no R lifetime crosses a time point. */
   size_t ns = 0, ngroups = 0, gstart = 0;
@@ -122,9 +128,11 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
     size_t e = floor_at[g];
     uint64_t d = sub_off[e], c = sub[e].size;
     for (size_t k = b; k < e; k++) {
-      uint64_t o = sub_off[k] < d ? sub_off[k] + c : sub_off[k];
+      uint64_t o = sub_off[k], t;
+      if ((o < d && __builtin_add_overflow(o, c, &o)) || __builtin_add_overflow(o, sub[k].size, &t))
+        goto out;
       sub_off[k] = o;
-      pk = ST_MAX(pk, o + sub[k].size);
+      pk = ST_MAX(pk, t);
     }
   }
   for (size_t i = 0; i < m; i++)
@@ -132,6 +140,7 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
   *peak = pk;
   ok = true;
 out:
+  free(lset);
   free(ord);
   free(lidx);
   free(group_of);
