@@ -82,8 +82,7 @@ def main(argv=None) -> int:
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=want)
         if not want:
             env.pop("PYTORCH_CUDA_ALLOC_CONF")
-        cmd = [sys.executable, os.path.abspath(__file__)] + [a for a in (argv or sys.argv[1:])
-                                                             if a != "--expandable"]
+        cmd = [sys.executable, os.path.abspath(__file__)] + list(argv or sys.argv[1:])
         return subprocess.call(cmd, env=env)
     stats = record(args.out, args.steps, args.dim, args.layers, args.batch, args.seq, args.vocab)
     print(json.dumps(stats, indent=2))

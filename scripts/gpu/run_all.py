@@ -33,14 +33,21 @@ def gpu_present() -> tuple[bool, str]:
 
 def run_script(name: str, args: list[str], out: Path, timeout: int = 3600) -> dict:
     json_path = out / f"{name}.json"
-    cmd = [sys.executable, str(HERE / args[0]), *args[1:], "--out", str(json_path)]
+    cmd = [sys.executable, str(HERE / args[0]), *args[1:]]
+    if "-o" not in args:  # record_snapshot.py writes its snapshot with -o, its figures beside it
+        cmd += ["--out", str(json_path)]
+    else:
+        json_path = Path(args[args.index("-o") + 1] + ".stats.json")
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     (out / f"{name}.log").write_text(r.stdout + r.stderr)
     result = {"status": "passed" if r.returncode == 0 else "failed", "exit": r.returncode,
               "seconds": round(time.time() - t0, 1), "log": f"{name}.log"}
     if json_path.is_file():
-        result["figures"] = json.loads(json_path.read_text())
+        try:
+            result["figures"] = json.loads(json_path.read_text())
+        except (ValueError, UnicodeDecodeError) as e:  # reported, not fatal to the other checks
+            result["note"] = f"{json_path.name} is not JSON: {e}"
     return result
 
 

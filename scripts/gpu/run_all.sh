@@ -6,7 +6,7 @@
 # Without a GPU the same install route runs and each check runs its CPU-visible part and says it
 # was skipped for want of a device.
 #   bash scripts/gpu/prepare.sh     # where packages can be downloaded
-#   bash scripts/gpu/run_all.sh     # on the GPU machine
+#   bash scripts/gpu/run_all.sh [--only CHECK...]   # on the GPU machine
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -23,6 +23,10 @@ echo "== virtual environment $VENV (system site packages: the machine's torch, t
 rm -rf "$VENV"
 "$PYTHON" -m venv --system-site-packages "$VENV"
 PY="$VENV/bin/python"
+# --system-site-packages sees only the base interpreter's packages; where $PYTHON is itself a
+# virtual environment (as on images that install torch into one), add its packages too.
+"$PYTHON" -c 'import site, sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+  > "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/kit_base.pth"
 if [ -n "${KIT_SITE:-}" ]; then
   # Another environment's packages (CI: the test venv's torch), after the kit's own.
   "$PY" -c 'import sys, sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "kit_site.pth").write_text(sys.argv[1] + "\n")' "$KIT_SITE"
@@ -44,4 +48,4 @@ echo "== stalloc from $(basename "$wheel")"
 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --force-reinstall "$wheel"
 echo "== checks"
 cd "$OUT"
-exec "$PY" "$HERE/run_all.py" --out "$OUT"
+exec "$PY" "$HERE/run_all.py" --out "$OUT" "$@"   # e.g. --only torch_backend

@@ -388,3 +388,20 @@ def test_expandable_matches_naive_model(traces):
             naive = NaiveExpandable(max_split and max_split * MiB).run(t.events)
             r = simulate(t, "pytorch-expandable", max_split_size_mb=max_split)
             assert r["peak_reserved"] == naive.peak, (seed, max_split)
+
+
+def test_simulator_matches_pytorch_on_an_h100(tmp_path):
+    """A real snapshot recorded on an H100 (scripts/gpu/record_snapshot.py, PyTorch 2.11, default
+    allocator): the simulator's peak reserved is what torch.cuda.max_memory_reserved() said."""
+    import gzip
+    import json
+
+    here = Path(__file__).resolve().parents[1] / "data" / "importers"
+    snapshot = tmp_path / "h100_snapshot.pickle"
+    snapshot.write_bytes(gzip.decompress((here / "h100_snapshot.pickle.gz").read_bytes()))
+    real = json.loads((here / "h100_snapshot.stats.json").read_text())
+    assert real["alloc_conf"] == "" and "H100" in real["device"]
+    sim = simulate(stalloc.load_trace(snapshot), "pytorch")
+    assert sim["peak_reserved"] == real["max_memory_reserved"]
+    # allocated: PyTorch counts its 512-byte rounding, the trace the requested sizes
+    assert 0 <= real["max_memory_allocated"] - sim["peak_allocated"] < 0.002 * real["max_memory_allocated"]

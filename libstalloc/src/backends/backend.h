@@ -33,6 +33,9 @@ typedef struct backend_ops {
   stalloc_status_t (*release)(void* state, void* base, uint64_t size);
   stalloc_status_t (*map)(void* state, void* at, uint64_t size);
   stalloc_status_t (*unmap)(void* state, void* at, uint64_t size);
+  /* Optional: unmap for a range the caller knows no queued work uses, so it need not wait for
+   * the device (unmap does); NULL: unmap serves. */
+  stalloc_status_t (*unmap_unused)(void* state, void* at, uint64_t size);
 
   /* Optional stream ordering. event_record notes the point in `stream`'s work reached now;
    * event_done says whether the work before that point has finished. NULL ops mean work is

@@ -250,7 +250,7 @@ static stalloc_status_t cuda_create(const stalloc_options_t* options, void** sta
   return STALLOC_OK;
 }
 
-static void unmap_granules(cuda_state* s, reservation* res, uint64_t first, uint64_t count);
+static void unmap_granules(cuda_state* s, reservation* res, uint64_t first, uint64_t count, bool wait);
 
 static void cuda_destroy(void* state) {
   cuda_state* s = state;
@@ -258,7 +258,7 @@ static void cuda_destroy(void* state) {
   if (ctx_enter(s, &pushed) == ST_CU_SUCCESS) {
     for (size_t i = 0; i < s->reservation_count; i++) {
       reservation* res = &s->reservations[i];
-      unmap_granules(s, res, 0, res->size / s->granularity);
+      unmap_granules(s, res, 0, res->size / s->granularity, true);
       D.cuMemAddressFree(res->base, res->size);
     }
     for (size_t i = 0; i < s->shifted_count; i++) D.cuMemFree(s->shifted[i].base);
@@ -395,12 +395,13 @@ static stalloc_status_t cuda_reserve(void* state, uint64_t size, void** base) {
 }
 
 /* Unmaps the mapped granules among [first, first + count) of res; context current. Queued work
- * may still read them and cuMemUnmap does not wait for it (unlike cuMemFree), so wait first. */
-static void unmap_granules(cuda_state* s, reservation* res, uint64_t first, uint64_t count) {
+ * may still read them and cuMemUnmap does not wait for it (unlike cuMemFree), so wait first
+ * unless the caller knows none does. */
+static void unmap_granules(cuda_state* s, reservation* res, uint64_t first, uint64_t count, bool wait) {
   bool any = false;
   for (uint64_t g = first; g < first + count && !any; g++) any = res->mapped[g];
   if (!any) return;
-  D.cuCtxSynchronize();
+  if (wait) D.cuCtxSynchronize();
   for (uint64_t g = first; g < first + count; g++) {
     if (!res->mapped[g]) continue;
     D.cuMemUnmap(res->base + g * s->granularity, s->granularity);
@@ -422,7 +423,7 @@ static stalloc_status_t cuda_release(void* state, void* base, uint64_t size) {
   reservation* res = &s->reservations[i];
   bool pushed;
   ENTER(s, pushed, "release");
-  unmap_granules(s, res, 0, size / s->granularity); /* whatever the caller left mapped */
+  unmap_granules(s, res, 0, size / s->granularity, true); /* whatever the caller left mapped */
   cu_result r = D.cuMemAddressFree(res->base, res->size);
   ctx_leave(pushed);
   free(res->mapped);
@@ -465,14 +466,14 @@ static stalloc_status_t cuda_map(void* state, void* at, uint64_t size) {
     call = "cuMemSetAccess";
     r = D.cuMemSetAccess((cu_deviceptr)(uintptr_t)at, size, &s->access, 1);
   }
-  if (r != ST_CU_SUCCESS) unmap_granules(s, res, first, count); /* all or nothing */
+  if (r != ST_CU_SUCCESS) unmap_granules(s, res, first, count, false); /* all or nothing: never used */
   ctx_leave(pushed);
   if (r != ST_CU_SUCCESS)
     return fail_cu(r, "%s while mapping %llu bytes at %p on device %d", call, (unsigned long long)size, at, s->ordinal);
   return STALLOC_OK;
 }
 
-static stalloc_status_t cuda_unmap(void* state, void* at, uint64_t size) {
+static stalloc_status_t unmap_range(void* state, void* at, uint64_t size, bool wait) {
   cuda_state* s = state;
   stalloc_status_t st = need_vmm(s, "unmap");
   if (st) return st;
@@ -485,9 +486,15 @@ static stalloc_status_t cuda_unmap(void* state, void* at, uint64_t size) {
                      (unsigned long long)size, (void*)(uintptr_t)(res->base + g * s->granularity));
   bool pushed;
   ENTER(s, pushed, "unmap");
-  unmap_granules(s, res, first, count);
+  unmap_granules(s, res, first, count, wait);
   ctx_leave(pushed);
   return STALLOC_OK;
+}
+
+static stalloc_status_t cuda_unmap(void* state, void* at, uint64_t size) { return unmap_range(state, at, size, true); }
+
+static stalloc_status_t cuda_unmap_unused(void* state, void* at, uint64_t size) {
+  return unmap_range(state, at, size, false);
 }
 
 /* ---- stream order ---- */
@@ -597,6 +604,7 @@ const backend_ops st_backend_cuda = {
     .release = cuda_release,
     .map = cuda_map,
     .unmap = cuda_unmap,
+    .unmap_unused = cuda_unmap_unused,
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_destroy = cuda_event_destroy,

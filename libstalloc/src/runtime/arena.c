@@ -10,14 +10,18 @@
  * reserved memory grows only when every mapped granule holds live bytes. Unlike PyTorch's
  * expandable segments, a hole in the middle of the range gives its whole granules back.
  *
- * Streams: a block freed on a backend with events waits (pending) until its stream's work is
- * done before it coalesces or serves another request. */
+ * Streams: a block is free the moment it is freed, for the stream it was freed on (that
+ * stream's later work is ordered after its last use), as in PyTorch's allocator; waiting for
+ * the GPU there would stall the host at every free. Another stream may take it only once the
+ * freeing stream's work up to the free is done. Frees are stamped with a clock; events are
+ * recorded lazily, one per stream at a time, only when another stream asks, so a run on one
+ * stream makes no event call at all. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/arena.h"
 
-enum { AR_FREE = 1, AR_USED = 2, AR_PENDING = 3, AR_REGION = 4 };
+enum { AR_FREE = 1, AR_USED = 2, AR_REGION = 4 };
 enum { MAPPED = 1, LISTED = 2 }; /* a granule's flags */
 
 struct st_arena_block {
@@ -26,9 +30,16 @@ struct st_arena_block {
   st_arena_block *left, *right; /* free treap */
   uint32_t prio;
   uint8_t state;
-  void* event;
-  st_arena_block* pnext;        /* pending list, spares */
+  uint64_t stream, stamp;       /* a free block: freed on stream at clock stamp (0: free for all) */
+  st_arena_block* pnext;        /* spares */
 };
+
+/* What is known of one stream's frees: those stamped at or before `done` are finished on the
+ * GPU; `event` (if any) marks the stream's work up to stamp `covers`. */
+typedef struct {
+  uint64_t stream, last, done, covers; /* last: its latest free's stamp */
+  void* event;
+} stream_state;
 
 struct st_arena {
   const backend_ops* ops;
@@ -40,8 +51,13 @@ struct st_arena {
   uint64_t reserved;            /* bytes reserved there: capacity and room to align base */
   st_arena_block* last;         /* the block that ends at top */
   st_arena_block* free_root;
-  st_arena_block *pending_head, *pending_tail, *spares;
+  st_arena_block* spares;
+  uint64_t clock;               /* stamps frees */
+  stream_state* streams;        /* streams blocks were freed on */
+  size_t stream_count, stream_cap;
   uint32_t* refs;               /* live blocks touching each granule below top */
+  uint64_t *gstream, *gstamp;    /* per granule, the frees its queued work awaits: on gstream up
+                                   to stamp gstamp (0: none, MIXED: several streams') */
   uint8_t* mapped;               /* MAPPED, and LISTED while in `cached` */
   size_t granules;              /* entries of refs / mapped */
   uint32_t* cached;             /* granules mapped with no live block (stale entries: taken again
@@ -115,6 +131,20 @@ static st_arena_block* best_fit(st_arena_block* t, uint64_t need) {
   return best;
 }
 
+/* The free block with the smallest key above after's, or NULL. */
+static st_arena_block* next_key(st_arena_block* t, const st_arena_block* after) {
+  st_arena_block* next = NULL;
+  while (t) {
+    if (key_less(after, t)) {
+      next = t;
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+  return next;
+}
+
 static void make_free(st_arena* a, st_arena_block* b) {
   b->state = AR_FREE;
   b->left = b->right = NULL;
@@ -136,6 +166,81 @@ static void block_drop(st_arena* a, st_arena_block* b) {
   a->spares = b;
 }
 
+/* ---- streams ---- */
+
+#define ANY_STREAM UINT64_MAX /* a request for no one stream: only blocks free for all */
+#define MIXED UINT64_MAX      /* a granule freed on several streams: unmapped only by waiting */
+
+static stream_state* stream_find(st_arena* a, uint64_t stream) {
+  for (size_t i = 0; i < a->stream_count; i++)
+    if (a->streams[i].stream == stream) return &a->streams[i];
+  return NULL;
+}
+
+static stream_state* stream_add(st_arena* a, uint64_t stream) {
+  stream_state* s = stream_find(a, stream);
+  if (s) return s;
+  if (a->stream_count == a->stream_cap) {
+    size_t cap = a->stream_cap ? 2 * a->stream_cap : 4;
+    stream_state* grown = realloc(a->streams, cap * sizeof *grown);
+    if (!grown) return NULL;
+    a->streams = grown;
+    a->stream_cap = cap;
+  }
+  s = &a->streams[a->stream_count++];
+  *s = (stream_state){.stream = stream};
+  return s;
+}
+
+/* Whether the stream's free stamped `stamp` is finished on the device. When that is not known
+ * yet it asks: an event recorded now covers every free so far, and a later call reads it. */
+static bool stream_reached(st_arena* a, stream_state* s, uint64_t stamp) {
+  if (stamp <= s->done) return true;
+  if (s->event && a->ops->event_done(a->backend, s->event)) {
+    s->done = s->covers;
+    a->ops->event_destroy(a->backend, s->event);
+    s->event = NULL;
+    if (stamp <= s->done) return true;
+  }
+  if (!s->event) {
+    if (a->ops->event_record(a->backend, s->stream, &s->event) == STALLOC_OK) {
+      s->covers = a->clock;
+    } else { /* asked again next time; meanwhile its blocks stay its own */
+      s->event = NULL;
+      st_clear_error();
+    }
+  }
+  return false;
+}
+
+/* Free for every stream, as far as is known without asking the device. */
+static bool settled(st_arena* a, st_arena_block* b) {
+  if (!b->stamp) return true;
+  stream_state* s = stream_find(a, b->stream);
+  if (!s || b->stamp > s->done) return false;
+  b->stamp = 0;
+  return true;
+}
+
+/* Whether free block b may serve a request on `stream`. */
+static bool usable(st_arena* a, st_arena_block* b, uint64_t stream) {
+  if (settled(a, b) || b->stream == stream) return true;
+  stream_state* s = stream_find(a, b->stream);
+  if (!s || !stream_reached(a, s, b->stamp)) return false;
+  b->stamp = 0;
+  return true;
+}
+
+/* Waits until every free so far is finished on the device, so every free block serves any
+ * stream (a plan's region is about to take them, for whichever streams its blocks use). */
+static void settle_all(st_arena* a) {
+  for (size_t i = 0; i < a->stream_count; i++) {
+    stream_state* s = &a->streams[i];
+    while (!stream_reached(a, s, s->last))
+      if (!s->event) break; /* no event to wait on: its blocks stay its own */
+  }
+}
+
 /* ---- granules ---- */
 
 static bool grow_tables(st_arena* a, size_t granules) {
@@ -147,36 +252,101 @@ static bool grow_tables(st_arena* a, size_t granules) {
   uint8_t* mapped = realloc(a->mapped, n);
   if (!mapped) return false;
   a->mapped = mapped;
+  uint64_t* gstream = realloc(a->gstream, n * sizeof *gstream);
+  if (!gstream) return false;
+  a->gstream = gstream;
+  uint64_t* gstamp = realloc(a->gstamp, n * sizeof *gstamp);
+  if (!gstamp) return false;
+  a->gstamp = gstamp;
   memset(a->refs + a->granules, 0, (n - a->granules) * sizeof *refs);
   memset(a->mapped + a->granules, 0, n - a->granules);
+  memset(a->gstamp + a->granules, 0, (n - a->granules) * sizeof *gstamp);
   a->granules = n;
   return true;
 }
 
-static void unmap_granule(st_arena* a, size_t g) {
-  a->ops->unmap(a->backend, a->base + g * a->granule, a->granule);
+/* Unmaps granule g; `unused`: no queued work touches it, so the device need not be waited for. */
+static void unmap_granule(st_arena* a, size_t g, bool unused) {
+  if (unused && a->ops->unmap_unused) a->ops->unmap_unused(a->backend, a->base + g * a->granule, a->granule);
+  else a->ops->unmap(a->backend, a->base + g * a->granule, a->granule);
   a->mapped[g] = 0;
+  a->gstamp[g] = 0;
   st_budget_sub(a->budget, a->granule);
+}
+
+/* Notes a free of stream's at `stamp` touching granule g (its work must finish before g is
+ * unmapped without waiting). */
+static void granule_freed(st_arena* a, size_t g, uint64_t stream, uint64_t stamp) {
+  uint64_t was = a->gstamp[g];
+  if (!stamp || was == MIXED) return;
+  if (!was || a->gstream[g] == stream) {
+    a->gstream[g] = stream;
+    a->gstamp[g] = ST_MAX(was, stamp);
+    return;
+  }
+  stream_state* s = stream_find(a, a->gstream[g]);
+  if (s && was <= s->done) { /* the other stream's frees are finished */
+    a->gstream[g] = stream;
+    a->gstamp[g] = stamp;
+  } else {
+    a->gstamp[g] = MIXED;
+  }
+}
+
+/* Whether no queued work touches cached granule g (asking the device if need be). */
+static bool granule_unused(st_arena* a, size_t g) {
+  uint64_t stamp = a->gstamp[g];
+  if (!stamp) return true;
+  if (stamp == MIXED) return false;
+  stream_state* s = stream_find(a, a->gstream[g]);
+  if (!s || !stream_reached(a, s, stamp)) return false;
+  a->gstamp[g] = 0;
+  return true;
+}
+
+/* Takes entry i off the cached list. */
+static size_t drop_cached(st_arena* a, size_t i) {
+  size_t g = a->cached[i];
+  a->cached[i] = a->cached[--a->cached_count];
+  a->mapped[g] &= (uint8_t)~LISTED;
+  return g;
 }
 
 /* A cached granule (mapped, no live block) to give back, or SIZE_MAX. */
 static size_t pop_cached(st_arena* a) {
   while (a->cached_count) {
-    size_t g = a->cached[--a->cached_count];
-    a->mapped[g] &= (uint8_t)~LISTED;
+    size_t g = drop_cached(a, a->cached_count - 1);
     if (a->mapped[g] && !a->refs[g]) return g;
   }
   return SIZE_MAX;
 }
 
-static void unref(st_arena* a, uint64_t start, uint64_t size) {
+/* A cached granule no queued work touches, or SIZE_MAX: the oldest few are asked, and entries
+ * taken again since they were listed are dropped on the way. */
+static size_t pop_unused(st_arena* a) {
+  for (size_t i = 0, asked = 0; i < a->cached_count && asked < 16;) {
+    size_t g = a->cached[i];
+    if (!a->mapped[g] || a->refs[g]) {
+      drop_cached(a, i);
+      continue;
+    }
+    asked++;
+    if (granule_unused(a, g)) return drop_cached(a, i);
+    i++;
+  }
+  return SIZE_MAX;
+}
+
+/* Uncounts a range: a block freed on `stream` at `stamp` (0: no queued work uses it). */
+static void unref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream, uint64_t stamp) {
   for (size_t g = start / a->granule, e = (start + size - 1) / a->granule; g <= e; g++) {
+    granule_freed(a, g, stream, stamp);
     if (--a->refs[g] || a->mapped[g] != MAPPED) continue; /* live, unmapped or listed already */
     if (a->cached_count == a->cached_cap) {
       size_t cap = a->cached_cap ? 2 * a->cached_cap : 64;
       uint32_t* c = realloc(a->cached, cap * sizeof *c);
       if (!c) {
-        unmap_granule(a, g); /* no room to remember it: give it back now */
+        unmap_granule(a, g, false); /* no room to remember it: give it back now */
         continue;
       }
       a->cached = c;
@@ -187,15 +357,18 @@ static void unref(st_arena* a, uint64_t start, uint64_t size) {
   }
 }
 
-/* Counts the block on its granules, mapping those not mapped (each after giving a cached one
- * back, so reserved memory grows only when none is cached). */
+/* Counts the block on its granules, mapping those not mapped, each after giving back a cached
+ * granule that no queued work touches: reserved memory grows only when none is, and the host
+ * never waits for the device here (that would stall every step), except when memory is short. */
 static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size) {
   size_t first = start / a->granule, last = (start + size - 1) / a->granule;
   if (!grow_tables(a, last + 1)) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   for (size_t g = first; g <= last; g++) {
     if (!a->mapped[g]) {
-      size_t c = pop_cached(a);
-      if (c != SIZE_MAX) unmap_granule(a, c);
+      size_t c = pop_unused(a);
+      if (c != SIZE_MAX) unmap_granule(a, c, true);
+      while (!st_budget_allows(a->budget, a->granule) && (c = pop_cached(a)) != SIZE_MAX)
+        unmap_granule(a, c, false);
       stalloc_status_t s = STALLOC_OK;
       if (!st_budget_allows(a->budget, a->granule))
         s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: mapping %llu more bytes passes the memory limit of %llu (%llu reserved)",
@@ -203,8 +376,13 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size) {
                     (unsigned long long)a->budget->reserved);
       else
         s = a->ops->map(a->backend, a->base + g * a->granule, a->granule);
+      while (s == STALLOC_ERR_OUT_OF_MEMORY && (c = pop_cached(a)) != SIZE_MAX) {
+        unmap_granule(a, c, false); /* the device is full: wait, and take a cached one's place */
+        st_clear_error();
+        s = a->ops->map(a->backend, a->base + g * a->granule, a->granule);
+      }
       if (s) {
-        if (g > first) unref(a, start, (g - first) * a->granule - start % a->granule);
+        if (g > first) unref(a, start, (g - first) * a->granule - start % a->granule, 0, 0);
         return s;
       }
       a->mapped[g] = MAPPED;
@@ -217,10 +395,24 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size) {
 
 /* ---- blocks ---- */
 
+/* Whether free neighbour n and block b may become one free block: the merged block is held to
+ * the stricter of the two, which must be one stream's. */
+static bool mergeable(st_arena* a, st_arena_block* n, st_arena_block* b) {
+  return n && n->state == AR_FREE && (settled(a, n) || settled(a, b) || n->stream == b->stream);
+}
+
+/* into takes in from's bytes: the merged block waits for whichever of the two still waits. */
+static void merge_stamp(st_arena* a, st_arena_block* into, st_arena_block* from) {
+  if (settled(a, from)) return;
+  if (settled(a, into)) into->stream = from->stream;
+  into->stamp = ST_MAX(into->stamp, from->stamp);
+}
+
 /* Marks b free, merged with free neighbours. */
 static st_arena_block* coalesce(st_arena* a, st_arena_block* b) {
   st_arena_block* p = b->prev;
-  if (p && p->state == AR_FREE) { /* merge into the previous block */
+  if (mergeable(a, p, b)) { /* merge into the previous block */
+    merge_stamp(a, p, b);
     a->free_root = tr_remove(a->free_root, p);
     p->size += b->size;
     p->next = b->next;
@@ -230,7 +422,8 @@ static st_arena_block* coalesce(st_arena* a, st_arena_block* b) {
     b = p;
   }
   st_arena_block* n = b->next;
-  if (n && n->state == AR_FREE) {
+  if (mergeable(a, n, b)) {
+    merge_stamp(a, b, n);
     a->free_root = tr_remove(a->free_root, n);
     b->size += n->size;
     b->next = n->next;
@@ -243,20 +436,8 @@ static st_arena_block* coalesce(st_arena* a, st_arena_block* b) {
 }
 
 static void release_block(st_arena* a, st_arena_block* b) {
-  unref(a, b->start, b->size);
+  unref(a, b->start, b->size, b->stream, b->stamp);
   coalesce(a, b);
-}
-
-static void poll_pending(st_arena* a) {
-  for (int i = 0; i < 4 && a->pending_head; i++) {
-    st_arena_block* b = a->pending_head;
-    if (!a->ops->event_done(a->backend, b->event)) break;
-    a->pending_head = b->pnext;
-    if (!a->pending_head) a->pending_tail = NULL;
-    a->ops->event_destroy(a->backend, b->event);
-    b->event = NULL;
-    release_block(a, b);
-  }
 }
 
 stalloc_status_t st_arena_create(const backend_ops* ops, void* backend, const backend_caps* caps,
@@ -294,10 +475,11 @@ stalloc_status_t st_arena_create(const backend_ops* ops, void* backend, const ba
 void st_arena_destroy(st_arena* a) {
   if (!a) return;
   for (size_t g = 0; g < a->granules; g++)
-    if (a->mapped[g]) unmap_granule(a, g);
+    if (a->mapped[g]) unmap_granule(a, g, false);
   a->ops->release(a->backend, a->reserved_base, a->reserved);
-  for (st_arena_block* b = a->pending_head; b; b = b->pnext)
-    if (b->event) a->ops->event_destroy(a->backend, b->event);
+  for (size_t i = 0; i < a->stream_count; i++)
+    if (a->streams[i].event) a->ops->event_destroy(a->backend, a->streams[i].event);
+  free(a->streams);
   for (st_arena_block *b = a->last, *p; b; b = p) {
     p = b->prev;
     free(b);
@@ -308,6 +490,8 @@ void st_arena_destroy(st_arena* a) {
   }
   free(a->refs);
   free(a->mapped);
+  free(a->gstream);
+  free(a->gstamp);
   free(a->cached);
   free(a);
 }
@@ -315,19 +499,22 @@ void st_arena_destroy(st_arena* a) {
 /* Takes a free block that holds [start, start + need) for some start that is a multiple of
  * `align` (best fit, else the top grows), splits off what lies before and after, and returns
  * it, neither mapped nor counted on its granules. *grew: the bytes the top grew by. */
-static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, st_arena_block** out,
-                              uint64_t* grew) {
+static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64_t stream,
+                              st_arena_block** out, uint64_t* grew) {
   *grew = 0;
   uint64_t slack = align > a->alignment ? align - a->alignment : 0;
   if (!need || need > a->capacity || slack > a->capacity - need)
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: %llu bytes is more than its %llu-byte range",
                    (unsigned long long)need, (unsigned long long)a->capacity);
   st_arena_block* b = best_fit(a->free_root, need + slack);
+  for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
+    b = skipped < 64 ? next_key(a->free_root, b) : NULL;
   if (b) {
     a->free_root = tr_remove(a->free_root, b);
   } else {
     /* the top grows: from its free block if it has one */
-    uint64_t from = a->last && a->last->state == AR_FREE ? a->last->start : a->top;
+    bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
+    uint64_t from = last_free ? a->last->start : a->top;
     uint64_t end = st_align_up(from, align) + need;
     if (end > a->capacity)
       return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: its %llu-byte address range is used up",
@@ -355,6 +542,8 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, st_are
     }
     f->start = b->start;
     f->size = front;
+    f->stream = b->stream;
+    f->stamp = b->stamp;
     f->prev = b->prev;
     f->next = b;
     if (b->prev) b->prev->next = f;
@@ -368,6 +557,8 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, st_are
     if (r) {
       r->start = b->start + need;
       r->size = b->size - need;
+      r->stream = b->stream;
+      r->stamp = b->stamp;
       r->prev = b;
       r->next = b->next;
       if (b->next) b->next->prev = r;
@@ -399,17 +590,16 @@ static void uncarve(st_arena* a, st_arena_block* b, uint64_t grew) {
 
 stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, void** ptr,
                                 st_arena_block** out) {
-  (void)stream; /* a free block is free for every stream: pending ones wait above */
-  if (a->pending_head) poll_pending(a);
   uint64_t need = st_align_up(size, a->alignment), grew;
   st_arena_block* b;
-  stalloc_status_t s = carve(a, need ? need : size, a->alignment, &b, &grew);
+  stalloc_status_t s = carve(a, need ? need : size, a->alignment, stream, &b, &grew);
   if (s) return s;
   if ((s = ref(a, b->start, b->size))) {
     uncarve(a, b, grew);
     return s;
   }
   b->state = AR_USED;
+  b->stamp = 0;
   *ptr = a->base + b->start;
   *out = b;
   return STALLOC_OK;
@@ -417,15 +607,16 @@ stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, voi
 
 stalloc_status_t st_arena_region(st_arena* a, uint64_t size, uint64_t align, void** ptr,
                                  st_arena_block** out) {
-  if (a->pending_head) poll_pending(a);
+  settle_all(a);
   /* It starts on a granule, so the plan's offsets fall on granules as planned, and ends where
    * it needs to: the bytes above share its last granule. */
   align = ST_MAX(ST_MAX(align, a->alignment), a->granule);
   uint64_t need = st_align_up(size, a->alignment), grew;
   st_arena_block* b;
-  stalloc_status_t s = carve(a, need ? need : size, align, &b, &grew);
+  stalloc_status_t s = carve(a, need ? need : size, align, ANY_STREAM, &b, &grew);
   if (s) return s;
   b->state = AR_REGION;
+  b->stamp = 0;
   *ptr = a->base + b->start;
   *out = b;
   return STALLOC_OK;
@@ -435,8 +626,9 @@ stalloc_status_t st_arena_region_ref(st_arena* a, const void* ptr, uint64_t size
   return ref(a, (uint64_t)((const uint8_t*)ptr - a->base), size);
 }
 
+/* The runtime lets go of a range only once its queued work is done (a freed block's event). */
 void st_arena_region_unref(st_arena* a, const void* ptr, uint64_t size) {
-  unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size);
+  unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, 0, 0);
 }
 
 void st_arena_region_release(st_arena* a, st_arena_block* region) { coalesce(a, region); }
@@ -449,27 +641,20 @@ size_t st_arena_cached_entries(const st_arena* a) { return a->cached_count; }
 
 void st_arena_free(st_arena* a, st_arena_block* b, uint64_t stream) {
   if (a->ops->event_record) {
-    void* ev = NULL;
-    if (a->ops->event_record(a->backend, stream, &ev) != STALLOC_OK) ev = NULL;
-    b->state = AR_PENDING;
-    /* Without an event the work cannot be waited for: the block is never reused (its bytes
-     * stay out of use until the arena goes) rather than risk another stream overwriting it. */
-    if (!ev) return;
-    b->event = ev;
-    b->pnext = NULL;
-    if (a->pending_tail) a->pending_tail->pnext = b;
-    else a->pending_head = b;
-    a->pending_tail = b;
-    return;
+    stream_state* s = stream_add(a, stream);
+    /* No host memory to follow its stream: the block is never reused (its bytes stay out of
+     * use until the arena goes) rather than risk another stream overwriting it. */
+    if (!s) return;
+    b->stream = stream;
+    b->stamp = s->last = ++a->clock;
   }
   release_block(a, b);
 }
 
 uint64_t st_arena_trim(st_arena* a) {
-  poll_pending(a);
   uint64_t bytes = 0;
   for (size_t g = pop_cached(a); g != SIZE_MAX; g = pop_cached(a)) {
-    unmap_granule(a, g);
+    unmap_granule(a, g, false);
     bytes += a->granule;
   }
   return bytes;

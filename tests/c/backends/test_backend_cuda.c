@@ -406,6 +406,50 @@ static void case_stream_order(void) {
   check_all_returned();
 }
 
+/* The growable pool (the path a first run takes): a block freed on stream A serves A again at
+ * once, with no event and no waiting (the GPU on A is still busy), while B gets none of its
+ * bytes until A's work before the free is done; on one stream it makes no event call at all. */
+static void case_arena_stream_order(void) {
+  use_default_mock();
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_CUDA;
+  stalloc_allocator_t* a = NULL;
+  CHECK_OK(stalloc_allocator_create(&o, &a));
+  void* A = (void*)0x1000;
+  void* B = (void*)0x2000;
+  const size_t size = 8 * MiB;
+  void *p, *again;
+  CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)A, &p));
+  for (int i = 0; i < 1000; i++) { /* a training loop on one stream, the GPU behind the host */
+    mock_launch(A);
+    CHECK_OK(stalloc_allocator_free_sized(a, p, size, 0, (uintptr_t)A));
+    CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)A, &again));
+    CHECK(again == p);
+  }
+  CHECK(mock_stat("events_created") == 0);
+  uint64_t reserved = stats_of(a).reserved_bytes;
+  CHECK(reserved == 8 * MiB); /* four granules, mapped once */
+  CHECK_OK(stalloc_allocator_free_sized(a, p, size, 0, (uintptr_t)A));
+
+  void* q[3];
+  const size_t qs[3] = {size, 4 * MiB, 2 * MiB};
+  for (int i = 0; i < 3; i++) { /* B gets none of p's bytes while A is busy */
+    CHECK_OK(stalloc_allocator_alloc(a, qs[i], 0, (uintptr_t)B, &q[i]));
+    bool overlaps = (char*)q[i] < (char*)p + size && (char*)p < (char*)q[i] + qs[i];
+    CHECK(!overlaps);
+  }
+  CHECK(mock_pending(A) == 1000); /* and nobody waited for A */
+  for (int i = 0; i < 3; i++) CHECK_OK(stalloc_allocator_free_sized(a, q[i], qs[i], 0, (uintptr_t)B));
+  mock_finish(A);
+  CHECK_OK(stalloc_allocator_alloc(a, size, 0, (uintptr_t)B, &again)); /* A is done: B may */
+  CHECK(again == p);
+  CHECK(mock_stat("events_created") <= 2);
+  CHECK_OK(stalloc_allocator_free_sized(a, again, size, 0, (uintptr_t)B));
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
 /* record_stream: a block also used on stream B is reused by nobody, not even its own stream A,
  * until B's work queued before the free is done. */
 static void case_record_stream(void) {
@@ -801,6 +845,7 @@ int main(void) {
   CASE(case_alignment);
   CASE(case_stream_order);
   CASE(case_record_stream);
+  CASE(case_arena_stream_order);
   CASE(case_device_memory);
   CASE(case_event_errors);
   CASE(case_threads_and_devices);
