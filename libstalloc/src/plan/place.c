@@ -387,32 +387,68 @@ nomem:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
 }
 
-/* Peeling tries (place_peel.c): what lives to the partition's end, then also what lives at
- * least span / divisor time points (items chaining the steps: an input batch, a pipeline's
- * stashed activations); each divisor splits the rest into other groups. */
-static const uint32_t peel_divisors[] = {0, 8, 4, 16, 2, 32, 3, 64, 6, 12};
-enum { PEEL_TRIES = sizeof peel_divisors / sizeof peel_divisors[0] };
+/* Peeling tries (place_peel.c): what lives to the partition's end; then also what crosses a
+ * thin cut (a point in time that at most lb >> cut_shift bytes of the rest cross: between two
+ * steps chained only by a loss scalar); then what lives at least span / divisor time points
+ * (items chaining the steps: an input batch, a pipeline's stashed activations). Each try
+ * splits the rest into other groups. The first PEEL_FIRST go before the search. */
+typedef struct peel_try {
+  uint32_t divisor;
+  uint32_t cut_shift;
+} peel_try;
+static const peel_try peel_list[] = {{0, 0},  {0, 10}, {8, 0},  {4, 0},  {16, 0}, {2, 0}, {0, 6},
+                                     {32, 0}, {3, 0},  {64, 0}, {6, 0},  {12, 0}, {0, 14}};
+enum { PEEL_TRIES = sizeof peel_list / sizeof peel_list[0], PEEL_FIRST = 3 };
 
 typedef struct peel_arrays {
   uint32_t *lo, *hi;
   uint64_t *size, *off;
 } peel_arrays;
 
-/* Peeling tries [from, to) while the bound is not met and time is left before `until`: try
- * 0 with half of the time, try 1 with the rest, later ones each an equal share of what is
- * left. */
+/* Peeling tries [from, to) while the bound is not met and time is left before `until`. Each
+ * try is probed first (its split, without placing): one that cannot beat the peak, or splits
+ * as an earlier one did, is dropped; the rest go lowest bound first, and on a tie the one
+ * whose largest group is smallest (the groups' searches are what take time). The first gets
+ * most of the time, the others equal shares of what is left. */
+typedef struct peel_rank {
+  uint32_t min_len;
+  uint64_t cut_bytes;
+  st_peel_probe probe;
+} peel_rank;
+
+static bool rank_before(const peel_rank* x, const peel_rank* y) {
+  return x->probe.bound < y->probe.bound || (x->probe.bound == y->probe.bound && x->probe.largest < y->probe.largest);
+}
+
 static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int to, double until) {
   size_t m = q->e - q->b;
   uint32_t span = q->thi - q->tlo;
-  for (int a = from; a < to && q->peak > q->lb; a++) {
+  peel_rank r[PEEL_TRIES];
+  int n = 0;
+  for (int a = from; a < to; a++) {
+    if (st_now() >= until || st_cancel_requested(p->cancel)) return;
+    uint32_t d = peel_list[a].divisor;
+    peel_rank t = {.min_len = d ? (span / d ? span / d : 1) : 0,
+                   .cut_bytes = peel_list[a].cut_shift ? ST_MAX(q->lb >> peel_list[a].cut_shift, 1) : 0};
+    if (!st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &t.probe) ||
+        t.probe.bound >= q->peak)
+      continue;
+    bool seen = false;
+    for (int k = 0; k < n && !seen; k++)
+      seen = r[k].probe.bound == t.probe.bound && r[k].probe.groups == t.probe.groups &&
+             r[k].probe.largest == t.probe.largest;
+    if (seen) continue;
+    int k = n++;
+    for (; k > 0 && rank_before(&t, &r[k - 1]); k--) r[k] = r[k - 1];
+    r[k] = t;
+  }
+  for (int k = 0; k < n && q->peak > q->lb; k++) {
     double left = until - st_now();
     if (left <= 0 || st_cancel_requested(p->cancel)) return;
-    uint32_t d = peel_divisors[a];
-    uint32_t min_len = d ? (span / d ? span / d : 1) : 0;
-    double share = a == 0 ? left / 2 : a == 1 ? left : left / (double)(to - a);
+    double share = k == 0 && n > 1 ? left * 0.6 : left / (double)(n - k);
     uint64_t pk = 0;
-    bool found = st_place_peel(pa->lo, pa->hi, pa->size, m, min_len, p->align, share, p->cancel,
-                               pa->off, &pk);
+    bool found = st_place_peel(pa->lo, pa->hi, pa->size, m, r[k].min_len, r[k].cut_bytes, q->peak,
+                               p->align, share, p->cancel, pa->off, &pk);
     p->res->orderings_tried++;
     if (found && pk < q->peak) {
       q->peak = pk;
@@ -448,7 +484,7 @@ static bool peelable(const part* q) {
 }
 
 /* A large partition (over GREEDY_MAX items) with time to spare until `until`, while it is
- * above its bound: the first half goes to peeling (the first two tries); then, up to
+ * above its bound: the first half goes to peeling (the first PEEL_FIRST tries); then, up to
  * GREEDY_BIG items, greedy orderings (not by section total: too costly to key here), each only
  * if the last one's duration still fits before `until`. The other peeling tries come last
  * (peel_more), once the search has had its turn. */
@@ -457,7 +493,7 @@ static stalloc_status_t improve_big(placer* p, part* q, double until) {
   if (peelable(q)) {
     peel_arrays pa = {0};
     bool ok = peel_setup(p, q, &pa);
-    if (ok) peel_tries(p, q, &pa, 0, 2, st_now() + (until - st_now()) / 2);
+    if (ok) peel_tries(p, q, &pa, 0, PEEL_FIRST, st_now() + (until - st_now()) / 2);
     peel_free(&pa);
     if (!ok) goto nomem;
   }
@@ -491,7 +527,7 @@ static stalloc_status_t peel_more(placer* p, part* parts, size_t np) {
   if (!worst || !peelable(worst) || st_now() >= p->deadline) return STALLOC_OK;
   peel_arrays pa = {0};
   bool ok = peel_setup(p, worst, &pa);
-  if (ok) peel_tries(p, worst, &pa, 2, PEEL_TRIES, p->deadline);
+  if (ok) peel_tries(p, worst, &pa, PEEL_FIRST, PEEL_TRIES, p->deadline);
   peel_free(&pa);
   return ok ? STALLOC_OK
             : st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items",

@@ -34,38 +34,109 @@ static int cmp_by_lo(const void* a, const void* b) {
   return x->i < y->i ? -1 : x->i > y->i;
 }
 
-/* In L: lives to the end, or (min_len > 0) at least min_len time points. */
-static bool is_long(uint32_t lo, uint32_t hi, uint32_t end, uint32_t min_len) {
-  return hi == end || (min_len && hi - lo >= min_len);
+/* In L: lives to the end, or (min_len > 0) at least min_len time points, or (cuts != NULL)
+ * crosses a thin cut: cuts[t] counts the cut points in [1, t], and [lo, hi) crosses the points
+ * lo < t < hi. */
+static bool is_long(uint32_t lo, uint32_t hi, uint32_t end, uint32_t min_len, const uint32_t* cuts) {
+  return hi == end || (min_len && hi - lo >= min_len) || (cuts && hi - lo >= 2 && cuts[hi - 1] > cuts[lo]);
 }
 
-bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size, size_t m,
-                   uint32_t min_len, uint64_t alignment, double time_limit,
-                   const volatile int* cancel, uint64_t* off, uint64_t* peak) {
+/* Thin cuts: the time points t that fewer than cut_bytes (and more than 0) bytes of the items
+ * not living to the end cross (lo < t < hi): between two training steps, where only a loss
+ * scalar or a step counter lives on. Returns the running count of cut points (end + 1 entries),
+ * NULL without memory. */
+static uint32_t* thin_cuts(const uint32_t* lo, const uint32_t* hi, const uint64_t* size, size_t m,
+                           uint32_t end, uint64_t cut_bytes) {
+  uint64_t* x = calloc((size_t)end + 2, sizeof *x);
+  uint32_t* cuts = malloc(((size_t)end + 1) * sizeof *cuts);
+  if (!x || !cuts) {
+    free(x);
+    free(cuts);
+    return NULL;
+  }
+  /* wrapping sums are fine: every added size is subtracted again further on */
+  for (size_t i = 0; i < m; i++) {
+    if (hi[i] == end || hi[i] - lo[i] < 2) continue;
+    x[lo[i] + 1] += size[i];
+    x[hi[i]] -= size[i];
+  }
+  uint64_t crossing = 0;
+  cuts[0] = 0;
+  for (uint32_t t = 1; t <= end; t++) {
+    crossing += x[t];
+    cuts[t] = cuts[t - 1] + (t < end && crossing > 0 && crossing <= cut_bytes);
+  }
+  free(x);
+  return cuts;
+}
+
+/* The most bytes live at once among the sub-problem's items (wrapping sums are harmless:
+ * the bound only decides whether a try is worth making). */
+static uint64_t sub_bound(const st_place_item* it, size_t n, uint32_t end) {
+  uint64_t* x = calloc((size_t)end + 1, sizeof *x);
+  if (!x) return 0;
+  for (size_t i = 0; i < n; i++) {
+    x[it[i].lower] += it[i].size;
+    x[it[i].upper] -= it[i].size;
+  }
+  uint64_t live = 0, most = 0;
+  for (uint32_t t = 0; t < end; t++) {
+    live += x[t];
+    most = ST_MAX(most, live);
+  }
+  free(x);
+  return most;
+}
+
+/* One split: L placed (off[] of its items), the groups of R as one sub-problem (each group's
+ * items, then its floor item at floor_at[g]). */
+typedef struct split {
+  uint32_t end;
+  uint32_t* cuts;     /* thin cuts' running count, or NULL */
+  uint32_t min_len;
+  size_t* group_of;   /* item -> its entry in sub */
+  st_place_item* sub;
+  size_t* floor_at;
+  size_t ns, ngroups, largest; /* sub entries, groups, items in the largest group */
+  uint64_t ltop, bound;        /* L's top; the most the split can reach */
+} split;
+
+static void split_free(split* sp) {
+  free(sp->cuts);
+  free(sp->group_of);
+  free(sp->sub);
+  free(sp->floor_at);
+}
+
+/* Places L in off[] and builds the groups; false without memory, when nothing comes apart
+ * (the caller's placement stands) or when a top does not fit in 64 bits. */
+static bool make_split(const uint32_t* lo, const uint32_t* hi, const uint64_t* size, size_t m,
+                       uint32_t min_len, uint64_t cut_bytes, uint64_t* off, split* sp) {
+  memset(sp, 0, sizeof *sp);
   if (m < 2) return false;
-  uint32_t end = 0;
-  for (size_t i = 0; i < m; i++) end = ST_MAX(end, hi[i]);
+  for (size_t i = 0; i < m; i++) sp->end = ST_MAX(sp->end, hi[i]);
+  uint32_t end = sp->end;
+  sp->min_len = min_len;
+  if (cut_bytes && (!(sp->cuts = thin_cuts(lo, hi, size, m, end, cut_bytes)) || sp->cuts[end] == 0))
+    return false; /* no memory, or nothing to cut */
+  const uint32_t* cuts = sp->cuts;
   by_lo* ord = malloc(m * sizeof *ord);
   uint32_t* lidx = malloc(m * sizeof(uint32_t)); /* the L items */
-  size_t* group_of = malloc(m * sizeof(size_t));
-  st_place_item* sub = malloc(2 * m * sizeof *sub);
-  uint64_t* sub_off = malloc(2 * m * sizeof(uint64_t));
-  size_t* floor_at = malloc(m * sizeof(size_t)); /* per group: its floor entry in sub */
-  uint32_t* lset = NULL;
+  uint32_t* lset = malloc(m * sizeof(uint32_t)); /* L items, by offset */
+  sp->group_of = malloc(m * sizeof(size_t));
+  sp->sub = malloc(2 * m * sizeof *sp->sub);
+  sp->floor_at = malloc(m * sizeof(size_t));
   bool ok = false;
-  if (!ord || !lidx || !group_of || !sub || !sub_off || !floor_at) goto out;
+  if (!ord || !lidx || !lset || !sp->group_of || !sp->sub || !sp->floor_at) goto out;
   for (size_t i = 0; i < m; i++) ord[i] = (by_lo){lo[i], (uint32_t)i};
   st_sort(ord, m, sizeof *ord, cmp_by_lo);
 
   /* L, first-fit in order of allocation against the L items placed before that overlap in
    * time (when L is only what lives to the end, that is a stack with no gap). */
   size_t nl = 0;
-  uint64_t ltop = 0;
-  lset = malloc(m * sizeof(uint32_t)); /* L items, by offset */
-  if (!lset) goto out;
   for (size_t k = 0; k < m; k++) {
     uint32_t i = ord[k].i;
-    if (!is_long(lo[i], hi[i], end, min_len)) continue;
+    if (!is_long(lo[i], hi[i], end, min_len, cuts)) continue;
     /* Sizes near 2^64 (fuzzed input): a top that does not fit in 64 bits ends the try (the
      * caller keeps its placement) rather than wrapping to a small, "better" peak. */
     uint64_t cand = 0, top;
@@ -78,21 +149,19 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
       if (__builtin_add_overflow(cand, size[i], &top)) goto out;
     }
     off[i] = cand;
-    ltop = ST_MAX(ltop, top);
+    sp->ltop = ST_MAX(sp->ltop, top);
     size_t at = nl;
     while (at > 0 && off[lset[at - 1]] > cand) at--;
     memmove(lset + at + 1, lset + at, (nl - at) * sizeof(uint32_t));
     lset[at] = i;
     lidx[nl++] = i;
   }
-  free(lset);
-  lset = NULL;
   if (nl == 0 || nl == m) goto out;
   /* Groups of R: split wherever no R lifetime crosses a time point. */
-  size_t ns = 0, ngroups = 0, gstart = 0;
+  size_t ns = 0, gstart = 0;
   uint32_t gmax = 0, glo = 0;
   for (size_t k = 0; k <= m; k++) {
-    bool is_r = k < m && !is_long(lo[ord[k].i], hi[ord[k].i], end, min_len);
+    bool is_r = k < m && !is_long(lo[ord[k].i], hi[ord[k].i], end, min_len, cuts);
     if (k < m && !is_r) continue;
     if (ns > gstart && (k == m || lo[ord[k].i] >= gmax)) {
       /* close group [gstart, ns): its floor spans [glo, gmax) */
@@ -101,8 +170,9 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
         uint32_t j = lidx[q];
         if (lo[j] < gmax && glo < hi[j]) c = ST_MAX(c, off[j] + size[j]);
       }
-      floor_at[ngroups++] = ns;
-      sub[ns++] = (st_place_item){glo, gmax, c, PLACE_FREE};
+      sp->largest = ST_MAX(sp->largest, ns - gstart);
+      sp->floor_at[sp->ngroups++] = ns;
+      sp->sub[ns++] = (st_place_item){glo, gmax, c, PLACE_FREE};
       gstart = ns;
     }
     if (k == m) break;
@@ -111,41 +181,66 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
       glo = lo[i];
       gmax = 0;
     }
-    group_of[i] = ns;
-    sub[ns++] = (st_place_item){lo[i], hi[i], size[i], PLACE_FREE};
+    sp->group_of[i] = ns;
+    sp->sub[ns++] = (st_place_item){lo[i], hi[i], size[i], PLACE_FREE};
     gmax = ST_MAX(gmax, hi[i]);
   }
-  if (ngroups < 2) goto out; /* nothing came apart: the caller's placement stands */
+  sp->ns = ns;
+  /* The most this split can reach: L's top, or a group's bytes live at once on its floor. */
+  sp->bound = ST_MAX(sp->ltop, sub_bound(sp->sub, ns, end));
+  ok = sp->ngroups >= 2; /* else nothing came apart */
+out:
+  free(ord);
+  free(lidx);
+  free(lset);
+  if (!ok) split_free(sp);
+  return ok;
+}
 
+bool st_place_peel_probe(const uint32_t* lo, const uint32_t* hi, const uint64_t* size, size_t m,
+                         uint32_t min_len, uint64_t cut_bytes, st_peel_probe* probe) {
+  uint64_t* off = malloc((m ? m : 1) * sizeof(uint64_t));
+  split sp;
+  bool ok = off && make_split(lo, hi, size, m, min_len, cut_bytes, off, &sp);
+  free(off);
+  if (!ok) return false;
+  *probe = (st_peel_probe){sp.bound, sp.ngroups, sp.largest};
+  split_free(&sp);
+  return true;
+}
+
+bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size, size_t m,
+                   uint32_t min_len, uint64_t cut_bytes, uint64_t beat, uint64_t alignment,
+                   double time_limit, const volatile int* cancel, uint64_t* off, uint64_t* peak) {
+  split sp;
+  if (!make_split(lo, hi, size, m, min_len, cut_bytes, off, &sp)) return false;
+  bool ok = false;
+  uint64_t* sub_off = malloc(sp.ns * sizeof(uint64_t));
+  if (!sub_off || sp.bound >= beat) goto out; /* a split that cannot beat `beat` is not tried */
   st_place_params pp = {alignment, time_limit, cancel};
   st_place_result res;
-  if (st_place(sub, ns, &pp, sub_off, &res) != STALLOC_OK) goto out;
+  if (st_place(sp.sub, sp.ns, &pp, sub_off, &res) != STALLOC_OK) goto out;
 
   /* Each group's floor item goes to the bottom of its group: what was under it moves up by
    * its size (nothing of the group overlaps it, since it spans the group's time). */
-  uint64_t pk = ltop;
-  for (size_t g = 0, b = 0; g < ngroups; b = floor_at[g] + 1, g++) {
-    size_t e = floor_at[g];
-    uint64_t d = sub_off[e], c = sub[e].size;
+  uint64_t pk = sp.ltop;
+  for (size_t g = 0, b = 0; g < sp.ngroups; b = sp.floor_at[g] + 1, g++) {
+    size_t e = sp.floor_at[g];
+    uint64_t d = sub_off[e], c = sp.sub[e].size;
     for (size_t k = b; k < e; k++) {
       uint64_t o = sub_off[k], t;
-      if ((o < d && __builtin_add_overflow(o, c, &o)) || __builtin_add_overflow(o, sub[k].size, &t))
+      if ((o < d && __builtin_add_overflow(o, c, &o)) || __builtin_add_overflow(o, sp.sub[k].size, &t))
         goto out;
       sub_off[k] = o;
       pk = ST_MAX(pk, t);
     }
   }
   for (size_t i = 0; i < m; i++)
-    if (!is_long(lo[i], hi[i], end, min_len)) off[i] = sub_off[group_of[i]];
+    if (!is_long(lo[i], hi[i], sp.end, sp.min_len, sp.cuts)) off[i] = sub_off[sp.group_of[i]];
   *peak = pk;
   ok = true;
 out:
-  free(lset);
-  free(ord);
-  free(lidx);
-  free(group_of);
-  free(sub);
   free(sub_off);
-  free(floor_at);
+  split_free(&sp);
   return ok;
 }
