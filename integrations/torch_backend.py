@@ -137,9 +137,11 @@ def step() -> None:
 
 
 def state() -> dict:
-    """Per device: the session's state (recording, planning, planned, failed) and plan source."""
+    """Per device: the session's state (recording, planning, planned, failed), plan source, and
+    the online lifecycle's plans (Allocator.online_plans: whether each was used, and why not)."""
     return {d: {"state": s.state, "steps": s.steps, "plan_source": s.plan_source,
-                "plan_file": s.plan_file} for d, s in _sessions.items()}
+                "plan_file": s.plan_file, "plans": s.allocator.online_plans()}
+            for d, s in _sessions.items()}
 
 
 def save_plan(path, device: int | None = None) -> None:

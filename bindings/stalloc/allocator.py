@@ -221,6 +221,28 @@ class Allocator(OwnedHandle):
                 "plans_switched": int(info.plans_switched), "steps": int(info.steps),
                 "plan_records": int(info.plan_records), "recording": bool(info.recording)}
 
+    def online_plans(self) -> list[dict]:
+        """The plans the lifecycle made, oldest first, as ``stalloc replay --online --json``
+        reports them: when planning began and when the plan was switched to (None: never), its
+        pool size, planning time, status (0: used; else why not, see stalloc.errors) and
+        whether it was declined (its pool plus what lives outside it would have passed the
+        most the growable pool reserved)."""
+        from .replay import PLAN_RECORD_KEYS
+
+        count = ffi.new("size_t*")
+        check(lib.stalloc_allocator_online_plans(self._h(), ffi.NULL, 0, count))
+        n = int(count[0])
+        records = ffi.new("stalloc_online_plan_record_t[]", max(n, 1))
+        check(lib.stalloc_allocator_online_plans(self._h(), records, n, count))
+        out = []
+        for i in range(min(n, int(count[0]))):
+            r = {k: (float(v) if isinstance(v, float) else int(v))
+                 for k in PLAN_RECORD_KEYS for v in [getattr(records[i], k)]}
+            if r["switched_step"] == 2**64 - 1:
+                r["switched_step"] = None
+            out.append(r)
+        return out
+
     def record_start(self, path) -> None:
         check(lib.stalloc_allocator_record_start(self._h(), os.fsencode(os.fspath(path))))
 

@@ -119,6 +119,12 @@ def main() -> int:
                   f"{speed:>10.3f} {str(same):>13}")
             if mode.startswith("stalloc"):
                 ok &= same
+                plans = [p for st in r.get("state", {}).values() for p in st.get("plans", [])]
+                if plans:  # why a first run did or did not leave the growable pool
+                    used = [p["switched_step"] for p in plans if p["switched_step"] is not None]
+                    print(f"{'':<20} online plans: {len(plans)} made, used at steps {used}, "
+                          f"{sum(p['declined'] for p in plans)} declined, "
+                          f"{sum(1 for p in plans if p['status'] and not p['declined'])} failed")
         if variant in ("dense", "moe") and "stalloc-saved" in runs:  # runs that repeat: exact and as fast
             saved = runs["stalloc-saved"]
             ok &= saved["peak_reserved"] <= 1.02 * saved["peak_allocated"]

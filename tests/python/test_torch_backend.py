@@ -327,4 +327,10 @@ def test_online_lifecycle_switches_without_the_growable_pool():
     session, stats = drive(LLAMA, online=True, growable_pool=False)
     assert session.state == "planned" and stats.plan_hits > 0
     assert session.allocator.online_info()["plans_switched"] >= 1
+    # Allocator.online_plans (and torch_backend.state()) say which plan was used and when
+    plans = session.allocator.online_plans()
+    used = [p for p in plans if p["switched_step"] is not None]
+    assert used and all(p["status"] == 0 and not p["declined"] for p in used)
+    assert all(p["started_step"] <= p["switched_step"] and p["pool_size"] > 0 for p in used)
+    assert len(plans) == session.allocator.online_info()["plan_records"]
     session.close()
