@@ -8,7 +8,8 @@ libstalloc serves every CUDA allocation through ``CUDAPluggableAllocator``, poin
 same libstalloc the ``stalloc`` package loaded and at its exports with PyTorch's exact
 signatures (``stalloc_torch_malloc``/``stalloc_torch_free``). The first ``record_steps``
 optimizer steps are recorded, planned in the background and switched to at a step boundary
-(stalloc.session). With ``plan_path`` the plan is saved, and reused by the next run when it
+(stalloc.session). With ``plan_path`` the plan is saved (unless the recorded steps changed
+shape: then the next run is served online too), and reused by the next run when it
 still fits. Under torch.distributed each rank keeps its own plan (``rank<R>.stplan``).
 
 Every hook PyTorch's allocator object offers is registered (:func:`register_hooks`):

@@ -7,7 +7,9 @@ steps, plans them in the background, switches at a step boundary and re-plans wh
 drifts, never reading ahead; peak reserved counts the recording phase too). A second row,
 ``stalloc-saved-plan``, is what a later run gets when it loads the plan an earlier run saved
 (torch_backend's ``plan_path``): the plan made from the trace's first steps (``first_steps``),
-loaded before the first allocation, the whole trace replayed. When the trace has too few step
+loaded before the first allocation, the whole trace replayed (``how["saved"]`` is False where
+those first steps changed shape: torch_backend then saves no plan, and a later run is served
+online like the first, the ``stalloc`` row). When the trace has too few step
 markers for that, the plan comes from the whole trace: that row sees the future and is named
 ``stalloc-sees-future``; it is never stalloc's result.
 """
@@ -80,6 +82,10 @@ def compare(trace: Trace, plan: Plan | None = None, plan_steps: int = 3, limit: 
         how = {"plan": "made from the whole trace (it sees the future)" if whole else
                "made from the trace's first steps, as a run saves it for the next",
                "plan_events": len(part), "plan_step_markers": kept, "trace_events": len(trace)}
+        if not whole:  # torch_backend saves no plan from first steps that changed shape
+            from .session import steps_vary
+
+            how["saved"] = not steps_vary(part)
     info = plan.info()
     r = replay(trace, plan, backend="virtual", timeline_points=timeline_points)
     row = _row(name, r, limit)

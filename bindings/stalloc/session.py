@@ -71,6 +71,24 @@ def steady_part(trace: Trace, skip_steps: int = 1) -> Trace:
     return Trace.from_events(ev)
 
 
+def steps_vary(trace: Trace) -> bool:
+    """Whether the recorded run changed shape, by the online lifecycle's rule: among its
+    trailing complete steps of one kind (the same number of allocations), some position's size
+    differs (dynamic padding, a curriculum, MoE routing). A plan saved from such a run misses
+    on the next one, which the growable pool serves better."""
+    from .trace import ALLOC
+
+    ev = trace.events
+    marks = np.flatnonzero(ev["kind"] == STEP)
+    steps = [ev["size"][a + 1:b][ev["kind"][a + 1:b] == ALLOC] for a, b in zip(marks[:-1], marks[1:])]
+    if not steps:
+        return False
+    last, k = steps[-1], len(steps) - 1
+    while k > 0 and len(steps[k - 1]) == len(last):
+        k -= 1
+    return any(not np.array_equal(s, last) for s in steps[k:-1])
+
+
 class PlanSession:
     """See the module docstring. ``allocator`` is a stalloc.Allocator serving the run."""
 
@@ -92,6 +110,7 @@ class PlanSession:
         self.plan: Plan | None = None
         self.plan_source = None  # "saved" (loaded at start) or "planned" (in this process)
         self.saved_plan_file = None  # where this run's whole-run plan was written
+        self.save_skipped = None  # why no whole-run plan was saved, if it was not
         self.error: BaseException | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="stalloc-", dir=trace_dir)
         self.trace_path = os.path.join(self._tmp.name, f"rank{rank}.stalloc")
@@ -160,8 +179,14 @@ class PlanSession:
 
     def _save_whole_run(self) -> None:
         try:
+            whole = Trace.load(self.trace_path)
+            if steps_vary(whole):
+                # the next run is better served as this one was: recorded and planned online
+                self.save_skipped = ("the recorded steps changed shape (sizes differ between "
+                                     "steps of one kind): a saved plan would miss on the next run")
+                return
             os.makedirs(os.path.dirname(self.plan_file) or ".", exist_ok=True)
-            make_plan(Trace.load(self.trace_path), time_limit=self.time_limit).save(self.plan_file)
+            make_plan(whole, time_limit=self.time_limit).save(self.plan_file)
             self.saved_plan_file = self.plan_file
         except Exception as e:  # never raised into the training loop
             self.error = e

@@ -122,3 +122,11 @@ def test_demo_end_to_end_on_one_model(tmp_path):
     assert rows[3]["waste"] < rows[0]["waste"]
     assert (tmp_path / "dense.stalloc").is_file() and (tmp_path / "dense.png").is_file()
     assert stalloc.Trace.load(tmp_path / "dense.stalloc").summary().steps == 6
+
+
+def test_compare_says_when_no_plan_would_be_saved():
+    from test_online import shaped_run
+
+    for scales, saved in (([1, 1.5, 2, 2.5, 3, 3.5], False), ([1] * 6, True)):
+        _, how = compare(shaped_run(scales), time_limit=0.0, online=False)
+        assert how["saved"] is saved

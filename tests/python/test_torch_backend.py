@@ -334,3 +334,22 @@ def test_online_lifecycle_switches_without_the_growable_pool():
     assert all(p["started_step"] <= p["switched_step"] and p["pool_size"] > 0 for p in used)
     assert len(plans) == session.allocator.online_info()["plan_records"]
     session.close()
+
+
+def test_no_saved_plan_from_a_run_that_changes_shape(tmp_path):
+    # A plan saved from steps whose sizes differ (dynamic padding, MoE routing) would miss on
+    # the next run; that run is better served the way this one was, online.
+    from test_online import shaped_run
+
+    from stalloc.session import steps_vary
+
+    varied, steady = shaped_run([1, 1.5, 2, 2.5, 3]), shaped_run([1, 1, 1, 1, 1])
+    assert steps_vary(varied) and not steps_vary(steady)
+    for name, trace, saved in (("varied", varied, False), ("steady", steady, True)):
+        path = tmp_path / f"{name}.npz"
+        trace.save(str(path))
+        session, _ = drive(path, plan_path=tmp_path / name, online=True)
+        session.wait(30)
+        assert (tmp_path / name / "rank0.stplan").is_file() == saved, name
+        assert (session.save_skipped is None) == saved, session.save_skipped
+        session.close()

@@ -46,6 +46,9 @@ def run(args) -> int:
         print(f"{planned['allocator']}: a plan {how['plan']} ({how['plan_events']:,} of "
               f"{how['trace_events']:,} events, {how['plan_step_markers']} step markers), loaded "
               f"before the first allocation; the whole trace was replayed.")
+        if how.get("saved") is False:
+            print("  (those first steps changed shape: torch_backend saves no plan from them, and a "
+                  "later run is served online like the first, the stalloc row)")
     print(f"{planned['allocator']}: {planned['hits']:,} plan hits, {planned['misses']:,} misses, "
           f"{planned['fallbacks']:,} fallbacks; plan pool {fmt_bytes(planned['plan_pool'])} "
           f"({planned['plan_ratio']:.4f} x its lower bound).")

@@ -87,7 +87,9 @@ def run(args) -> int:
     for variant, (_, how) in results.items():
         if "plan_events" in how:
             print(f"  {variant}: first {how['plan_events']:,} of {how['trace_events']:,} events "
-                  f"({how['plan_step_markers']} step markers); the whole run was replayed")
+                  f"({how['plan_step_markers']} step markers); the whole run was replayed"
+                  + ("; those steps changed shape, so torch_backend would save no plan and a "
+                     "later run is served online, as `stalloc`" if how.get("saved") is False else ""))
     print(f"Traces{'' if args.no_plot else ' and plots'} are in {os.path.abspath(args.out)}/ "
           f"(try: stalloc info {os.path.join(args.out, 'dense.stalloc')})")
     return 0
