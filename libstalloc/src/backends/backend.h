@@ -36,6 +36,10 @@ typedef struct backend_ops {
   /* Optional: unmap for a range the caller knows no queued work uses, so it need not wait for
    * the device (unmap does); NULL: unmap serves. */
   stalloc_status_t (*unmap_unused)(void* state, void* at, uint64_t size);
+  /* Optional: maps the memory mapped at [from, from + size) at [to, to + size) instead (to
+   * unmapped), with no allocation, under unmap_unused's condition for `from`. On failure
+   * nothing is mapped at either. NULL: unmap and map serve. */
+  stalloc_status_t (*move)(void* state, void* from, void* to, uint64_t size);
 
   /* Optional stream ordering. event_record notes the point in `stream`'s work reached now;
    * event_done says whether the work before that point has finished. NULL ops mean work is

@@ -67,14 +67,14 @@ static void load_driver(void) {
   cu_driver d = {.has_vmm_api = true};
 #define ST_CU_LOAD(name, params, symbol, required)                                             \
   d.name = (cu_result(*) params)dlsym(lib, symbol);                                            \
-  if (!d.name && required) {                                                                   \
+  if (!d.name && required == 1) {                                                              \
     load_status = STALLOC_ERR_NO_DEVICE;                                                       \
     snprintf(load_message, sizeof load_message,                                                \
              "cuda backend: %s%s is not a usable CUDA driver: it lacks %s", path, from, symbol); \
     dlclose(lib);                                                                              \
     return;                                                                                    \
   }                                                                                            \
-  if (!d.name) d.has_vmm_api = false;
+  if (!d.name && required == 0) d.has_vmm_api = false;
   ST_CU_FUNCTIONS(ST_CU_LOAD)
 #undef ST_CU_LOAD
   cu_result r = d.cuInit(0);
@@ -497,6 +497,66 @@ static stalloc_status_t cuda_unmap_unused(void* state, void* at, uint64_t size) 
   return unmap_range(state, at, size, false);
 }
 
+/* One granule's memory from `from` to `to`, context current: the same physical allocation,
+ * mapped at its new address (cuMemRetainAllocationHandle, cuMemUnmap, cuMemMap, cuMemSetAccess),
+ * so no cuMemCreate or cuMemRelease of memory. On failure from's mapping is gone too. */
+static stalloc_status_t move_granule(cuda_state* s, reservation* fres, uint64_t f, reservation* tres, uint64_t t) {
+  cu_deviceptr from = fres->base + f * s->granularity, to = tres->base + t * s->granularity;
+  cu_mem_handle h;
+  const char* call = "cuMemRetainAllocationHandle";
+  cu_result r = D.cuMemRetainAllocationHandle(&h, (void*)(uintptr_t)from);
+  if (r != ST_CU_SUCCESS) {
+    unmap_granules(s, fres, f, 1, false);
+    return fail_cu(r, "%s(%p)", call, (void*)(uintptr_t)from);
+  }
+  r = D.cuMemUnmap(from, s->granularity);
+  if (r == ST_CU_SUCCESS) {
+    fres->mapped[f] = 0;
+    call = "cuMemMap";
+    r = D.cuMemMap(to, s->granularity, 0, h, 0);
+  } else {
+    call = "cuMemUnmap";
+  }
+  D.cuMemRelease(h); /* a mapping holds the memory from here on, or nothing does */
+  if (r != ST_CU_SUCCESS) {
+    unmap_granules(s, fres, f, 1, false);
+    return fail_cu(r, "%s while moving a granule from %p to %p", call, (void*)(uintptr_t)from, (void*)(uintptr_t)to);
+  }
+  tres->mapped[t] = 1;
+  r = D.cuMemSetAccess(to, s->granularity, &s->access, 1);
+  if (r != ST_CU_SUCCESS) {
+    unmap_granules(s, tres, t, 1, false);
+    return fail_cu(r, "cuMemSetAccess while moving a granule to %p", (void*)(uintptr_t)to);
+  }
+  return STALLOC_OK;
+}
+
+static stalloc_status_t cuda_move(void* state, void* from, void* to, uint64_t size) {
+  cuda_state* s = state;
+  stalloc_status_t st = need_vmm(s, "move");
+  if (st) return st;
+  if (!D.cuMemRetainAllocationHandle)
+    return st_fail(STALLOC_ERR_UNSUPPORTED, "cuda backend: this driver lacks cuMemRetainAllocationHandle");
+  reservation* fres = find_range(s, "move", from, size);
+  reservation* tres = fres ? find_range(s, "move", to, size) : NULL;
+  if (!tres) return STALLOC_ERR_INVALID_ARGUMENT;
+  uint64_t f0 = ((cu_deviceptr)(uintptr_t)from - fres->base) / s->granularity;
+  uint64_t t0 = ((cu_deviceptr)(uintptr_t)to - tres->base) / s->granularity, count = size / s->granularity;
+  for (uint64_t k = 0; k < count; k++)
+    if (!fres->mapped[f0 + k] || tres->mapped[t0 + k])
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "cuda backend: move(%p, %p, %llu): the source must be mapped and the target not",
+                     from, to, (unsigned long long)size);
+  bool pushed;
+  ENTER(s, pushed, "move");
+  for (uint64_t k = 0; k < count && !st; k++) st = move_granule(s, fres, f0 + k, tres, t0 + k);
+  if (st) { /* all or nothing: what moved goes too, and what is left of the source */
+    unmap_granules(s, tres, t0, count, false);
+    unmap_granules(s, fres, f0, count, false);
+  }
+  ctx_leave(pushed);
+  return st;
+}
+
 /* ---- stream order ---- */
 
 static void cuda_event_destroy(void* state, void* event);
@@ -605,6 +665,7 @@ const backend_ops st_backend_cuda = {
     .map = cuda_map,
     .unmap = cuda_unmap,
     .unmap_unused = cuda_unmap_unused,
+    .move = cuda_move,
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_destroy = cuda_event_destroy,

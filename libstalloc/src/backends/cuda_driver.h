@@ -68,8 +68,9 @@ typedef struct cu_mem_access_desc { /* CUmemAccessDesc */
 } cu_mem_access_desc;
 
 /* The entry points: X(name, parameters, symbol, required). symbol is the exported name (the
- * _v2 one where the driver exports two); the virtual memory entry points are optional, their
- * absence (an old driver) only turns the growable path off. All return a cu_result. */
+ * _v2 one where the driver exports two); the virtual memory entry points (required 0) are
+ * optional, their absence (an old driver) only turns the growable path off; one with required
+ * 2 only turns its own use off. All return a cu_result. */
 #define ST_CU_FUNCTIONS(X)                                                                      \
   X(cuInit, (unsigned), "cuInit", 1)                                                            \
   X(cuGetErrorName, (cu_result, const char**), "cuGetErrorName", 1)                             \
@@ -104,6 +105,7 @@ typedef struct cu_mem_access_desc { /* CUmemAccessDesc */
   X(cuMemSetAccess, (cu_deviceptr, size_t, const cu_mem_access_desc*, size_t),                  \
     "cuMemSetAccess", 0)                                                                        \
   X(cuMemGetAllocationGranularity, (size_t*, const cu_mem_allocation_prop*, int),               \
-    "cuMemGetAllocationGranularity", 0)
+    "cuMemGetAllocationGranularity", 0)                                                         \
+  X(cuMemRetainAllocationHandle, (cu_mem_handle*, void*), "cuMemRetainAllocationHandle", 2)
 
 #endif

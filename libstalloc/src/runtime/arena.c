@@ -205,10 +205,10 @@ static bool stream_reached(st_arena* a, stream_state* s, uint64_t stamp) {
   if (!s->event) {
     if (a->ops->event_record(a->backend, s->stream, &s->event) == STALLOC_OK) {
       s->covers = a->clock;
-    } else { /* asked again next time; meanwhile its blocks stay its own */
-      s->event = NULL;
-      st_clear_error();
+      return stream_reached(a, s, stamp); /* a stream with nothing queued is done at once */
     }
+    s->event = NULL; /* asked again next time; meanwhile its blocks stay its own */
+    st_clear_error();
   }
   return false;
 }
@@ -357,6 +357,20 @@ static void unref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream, u
   }
 }
 
+/* Puts cached granule c's memory at granule g where the backend can (no allocation: on CUDA it
+ * saves cuMemCreate and cuMemRelease); false: it could not, and c is as it was or unmapped. */
+static bool move_granule(st_arena* a, size_t c, size_t g) {
+  if (!a->ops->move) return false;
+  if (a->ops->move(a->backend, a->base + c * a->granule, a->base + g * a->granule, a->granule) != STALLOC_OK) {
+    st_clear_error();
+    return false;
+  }
+  a->mapped[c] = 0;
+  a->gstamp[c] = 0;
+  a->mapped[g] = MAPPED;
+  return true;
+}
+
 /* Counts the block on its granules, mapping those not mapped, each after giving back a cached
  * granule that no queued work touches: reserved memory grows only when none is, and the host
  * never waits for the device here (that would stall every step), except when memory is short. */
@@ -364,9 +378,12 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size) {
   size_t first = start / a->granule, last = (start + size - 1) / a->granule;
   if (!grow_tables(a, last + 1)) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   for (size_t g = first; g <= last; g++) {
+    size_t c = a->mapped[g] ? SIZE_MAX : pop_unused(a);
+    if (c != SIZE_MAX && !move_granule(a, c, g)) {
+      unmap_granule(a, c, true);
+      st_clear_error(); /* a failed move may have unmapped it already */
+    }
     if (!a->mapped[g]) {
-      size_t c = pop_unused(a);
-      if (c != SIZE_MAX) unmap_granule(a, c, true);
       while (!st_budget_allows(a->budget, a->granule) && (c = pop_cached(a)) != SIZE_MAX)
         unmap_granule(a, c, false);
       stalloc_status_t s = STALLOC_OK;

@@ -52,7 +52,7 @@ typedef struct dalloc {
 
 typedef struct handle {
   size_t size;
-  int device, mappings, released;
+  int device, mappings, refs; /* refs: cuMemCreate's and cuMemRetainAllocationHandle's */
 } handle;
 
 typedef struct reservation {
@@ -93,7 +93,7 @@ static mapping mappings[MAX_ITEMS];
 static int mapping_count;
 static injection injections[16];
 static long long events_live, events_created, timing_events, handles_live, context_errors,
-    unsafe_unmaps, alloc_calls;
+    unsafe_unmaps, alloc_calls, mem_creates, retains;
 
 static __thread ctx* ctx_stack[16];
 static __thread int ctx_depth;
@@ -170,7 +170,8 @@ API long long mockcu_stat(const char* name) {
       {"events_live", events_live},           {"events_created", events_created},
       {"timing_events", timing_events},       {"context_errors", context_errors},
       {"unsafe_unmaps", unsafe_unmaps},       {"primary_refs0", primary_refs[0]},
-      {"primary_refs1", primary_refs[1]},
+      {"primary_refs1", primary_refs[1]},     {"mem_creates", mem_creates},
+      {"retains", retains},
   };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!strcmp(all[i].name, name)) return all[i].value;
@@ -463,7 +464,7 @@ API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
 }
 
 static void drop_handle_if_unused(handle* h) {
-  if (h->released && !h->mappings) {
+  if (!h->refs && !h->mappings) {
     used -= h->size;
     handles_live--;
     free(h);
@@ -479,16 +480,18 @@ API CUresult cuMemCreate(handle** out, size_t size, const prop* p, unsigned long
   if (!h) RETURN(E_OOM);
   h->size = size;
   h->device = p->location_id;
+  h->refs = 1;
   used += size;
   handles_live++;
+  mem_creates++;
   *out = h;
   RETURN(OK);
 }
 
 API CUresult cuMemRelease(handle* h) {
   ENTER_NOCTX("cuMemRelease");
-  if (!h || h->released) RETURN(E_INVALID_VALUE);
-  h->released = 1;
+  if (!h || !h->refs) RETURN(E_INVALID_VALUE);
+  h->refs--;
   drop_handle_if_unused(h);
   RETURN(OK);
 }
@@ -501,7 +504,7 @@ static int in_reservation(CUdeviceptr p, size_t size) {
 
 API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, handle* h, unsigned long long flags) {
   ENTER_CTX("cuMemMap");
-  if (!h || h->released || offset || flags || size != h->size || !in_reservation(p, size)) RETURN(E_INVALID_VALUE);
+  if (!h || !h->refs || offset || flags || size != h->size || !in_reservation(p, size)) RETURN(E_INVALID_VALUE);
   if (mapping_count == MAX_ITEMS) RETURN(E_OOM);
   for (int m = 0; m < mapping_count; m++)
     if (p < mappings[m].ptr + mappings[m].size && mappings[m].ptr < p + size) RETURN(E_INVALID_VALUE);
@@ -511,6 +514,20 @@ API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, handle* h, unsi
   mappings[mapping_count++] = (mapping){p, size, h};
   h->mappings++;
   RETURN(OK);
+}
+
+/* The handle of the mapping at p, one more reference to it (released with cuMemRelease). */
+API CUresult cuMemRetainAllocationHandle(handle** out, void* p) {
+  ENTER_NOCTX("cuMemRetainAllocationHandle");
+  CUdeviceptr at = (CUdeviceptr)(uintptr_t)p;
+  for (int m = 0; m < mapping_count; m++)
+    if (at >= mappings[m].ptr && at < mappings[m].ptr + mappings[m].size) {
+      mappings[m].h->refs++;
+      *out = mappings[m].h;
+      retains++;
+      RETURN(OK);
+    }
+  RETURN(E_INVALID_VALUE);
 }
 
 API CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const access_desc* desc, size_t count) {

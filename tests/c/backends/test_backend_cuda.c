@@ -450,6 +450,53 @@ static void case_arena_stream_order(void) {
   check_all_returned();
 }
 
+static void fill_check(void* at, size_t size, int value, bool write);
+
+/* A granule the growable pool gives back to map another moves there (the same physical memory,
+ * no cuMemCreate), once the device is done with it; a busy one stays and a new one is made. */
+static void case_arena_moves_granules(void) {
+  use_default_mock();
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_CUDA;
+  stalloc_allocator_t* a = NULL;
+  CHECK_OK(stalloc_allocator_create(&o, &a));
+  void* A = (void*)0x1000;
+  void* B = (void*)0x2000;
+  void *p1, *p2, *p3, *p4;
+  CHECK_OK(stalloc_allocator_alloc(a, 2 * MiB, 0, (uintptr_t)A, &p1));
+  CHECK_OK(stalloc_allocator_alloc(a, 2 * MiB, 0, (uintptr_t)A, &p2));
+  CHECK(mock_stat("mem_creates") == 2);
+  CHECK_OK(stalloc_allocator_free_sized(a, p1, 2 * MiB, 0, (uintptr_t)A)); /* A is idle */
+  CHECK_OK(stalloc_allocator_alloc(a, 4 * MiB, 0, (uintptr_t)A, &p3));     /* two granules above */
+  CHECK(mock_stat("mem_creates") == 3 && mock_stat("retains") == 1); /* p1's granule moved */
+  CHECK(stats_of(a).reserved_bytes == 6 * MiB && mock_stat("device_bytes") == (long long)(6 * MiB));
+  fill_check(p3, 4 * MiB, 7, true);
+
+  mock_launch(A); /* A still uses p3 when it is freed */
+  CHECK_OK(stalloc_allocator_free_sized(a, p3, 4 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_alloc(a, 2 * MiB, 0, (uintptr_t)B, &p4)); /* p1's bytes, unmapped */
+  CHECK(p4 == p1 && mock_stat("retains") == 1 && mock_stat("mem_creates") == 4);
+  CHECK(mock_stat("unsafe_unmaps") == 0 && mock_pending(A) == 1);
+  fill_check(p4, 2 * MiB, 8, true);
+  mock_finish(A);
+  CHECK_OK(stalloc_allocator_free_sized(a, p4, 2 * MiB, 0, (uintptr_t)B));
+
+  /* A move that fails halfway (its cuMemMap) gives that granule back and maps a new one. */
+  long long creates = mock_stat("mem_creates"), retains = mock_stat("retains");
+  void* p5;
+  mock_fail("cuMemMap", ST_CU_ERROR_UNKNOWN, 1);
+  /* [4, 12) MiB: p3's two granules again, and two new ones, the first to be p4's moved */
+  CHECK_OK(stalloc_allocator_alloc(a, 8 * MiB, 0, (uintptr_t)A, &p5));
+  CHECK(mock_stat("retains") - retains == 1 && mock_stat("mem_creates") - creates == 2);
+  CHECK(stats_of(a).reserved_bytes == 10 * MiB && mock_stat("device_bytes") == (long long)(10 * MiB));
+  fill_check(p5, 8 * MiB, 9, true);
+  CHECK_OK(stalloc_allocator_free_sized(a, p5, 8 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_free_sized(a, p2, 2 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
 /* record_stream: a block also used on stream B is reused by nobody, not even its own stream A,
  * until B's work queued before the free is done. */
 static void case_record_stream(void) {
@@ -846,6 +893,7 @@ int main(void) {
   CASE(case_stream_order);
   CASE(case_record_stream);
   CASE(case_arena_stream_order);
+  CASE(case_arena_moves_granules);
   CASE(case_device_memory);
   CASE(case_event_errors);
   CASE(case_threads_and_devices);
