@@ -16,21 +16,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
-
-import numpy as np
 
 import stalloc
 from stalloc.baseline import simulate
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_compare import scaled  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 MiB = 2**20
-
-
-def scaled(trace: stalloc.Trace, factor: int) -> stalloc.Trace:
-    ev = np.array(trace.events)
-    ev["size"] *= np.uint64(factor)
-    return stalloc.Trace.from_events(ev)
 
 
 def churn(trace: stalloc.Trace) -> dict:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ._handle import OwnedHandle
 from ._lib import ffi, lib
 from .errors import InvalidArgumentError, check
+from .replay import plan_record
 
 _U64_END = 1 << 64
 
@@ -227,8 +228,6 @@ class Allocator(OwnedHandle):
         pool size, planning time, status (0: used; else why not, see stalloc.errors) and
         whether it was declined (its pool plus what lives outside it would have passed the
         most the growable pool reserved)."""
-        from .replay import PLAN_RECORD_KEYS
-
         count = ffi.new("size_t*")
         check(lib.stalloc_allocator_online_plans(self._h(), ffi.NULL, 0, count))
         n = int(count[0])
@@ -236,8 +235,7 @@ class Allocator(OwnedHandle):
         check(lib.stalloc_allocator_online_plans(self._h(), records, n, count))
         out = []
         for i in range(min(n, int(count[0]))):
-            r = {k: (float(v) if isinstance(v, float) else int(v))
-                 for k in PLAN_RECORD_KEYS for v in [getattr(records[i], k)]}
+            r = plan_record(records[i])
             if r["switched_step"] == 2**64 - 1:
                 r["switched_step"] = None
             out.append(r)

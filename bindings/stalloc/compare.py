@@ -21,6 +21,7 @@ import numpy as np
 from .baseline import simulate
 from .plan import Plan, plan as make_plan
 from .replay import replay
+from .session import steps_vary
 from .trace import ALLOC, FREE, FLAG_UNMATCHED, STEP, Trace
 
 __all__ = ["ROW_KEYS", "first_steps", "compare", "plot"]
@@ -83,8 +84,6 @@ def compare(trace: Trace, plan: Plan | None = None, plan_steps: int = 3, limit: 
                "made from the trace's first steps, as a run saves it for the next",
                "plan_events": len(part), "plan_step_markers": kept, "trace_events": len(trace)}
         if not whole:  # torch_backend saves no plan from first steps that changed shape
-            from .session import steps_vary
-
             how["saved"] = not steps_vary(part)
     info = plan.info()
     r = replay(trace, plan, backend="virtual", timeline_points=timeline_points)

@@ -16,7 +16,7 @@ from ._lib import ffi, lib
 from .errors import ForeignPlanWarning, PlanMismatchError, check as _check
 from .trace import Trace
 
-__all__ = ["ONLINE_DEFAULTS", "PLAN_RECORD_KEYS", "RESULT_KEYS", "STEP_KEYS", "replay",
+__all__ = ["ONLINE_DEFAULTS", "PLAN_RECORD_KEYS", "RESULT_KEYS", "STEP_KEYS", "plan_record", "replay",
            "warn_if_foreign"]
 
 RESULT_KEYS = (
@@ -62,6 +62,14 @@ def _as_plan(plan):
 STEP_KEYS = ("peak_allocated", "peak_reserved", "hit_bytes", "miss_bytes")
 PLAN_RECORD_KEYS = ("started_step", "switched_step", "recorded_steps", "pool_size", "plan_peak",
                     "lower_bound", "plan_seconds", "delay_seconds", "status", "declined")
+
+
+def plan_record(rec) -> dict:
+    """One stalloc_online_plan_record_t as a dict with PLAN_RECORD_KEYS."""
+    return {k: (float(v) if isinstance(v, float) else int(v))
+            for k in PLAN_RECORD_KEYS for v in [getattr(rec, k)]}
+
+
 # The defaults of the online lifecycle (stalloc_online_params_init), also those of
 # torch_backend.enable().
 ONLINE_DEFAULTS = dict(record_steps=3, replan_steps=2, time_limit=1.0, replan_miss_share=0.02,
@@ -147,9 +155,7 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
         out["steps"] = [{k: int(getattr(step_arr[i], k)) for k in STEP_KEYS}
                         for i in range(min(nstep[0], nsteps))]
     if online and per_step:
-        out["plans"] = [{k: (float(v) if isinstance(v, float) else int(v))
-                         for k in PLAN_RECORD_KEYS for v in [getattr(plan_arr[i], k)]}
-                        for i in range(min(nplan[0], max(nsteps, 1)))]
+        out["plans"] = [plan_record(plan_arr[i]) for i in range(min(nplan[0], max(nsteps, 1)))]
     if timeline_points:
         n = int(r.timeline_count)
         out["timeline_event"], out["timeline_allocated"], out["timeline_reserved"] = (a[:n] for a in arrays)

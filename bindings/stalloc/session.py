@@ -33,7 +33,7 @@ import warnings
 import numpy as np
 
 from .plan import Plan, plan as make_plan
-from .trace import FREE, FLAG_UNMATCHED, STEP, Trace
+from .trace import ALLOC, FREE, FLAG_UNMATCHED, STEP, Trace
 
 __all__ = ["rank_plan_path", "steady_part", "PlanSession"]
 
@@ -62,8 +62,6 @@ def steady_part(trace: Trace, skip_steps: int = 1) -> Trace:
     if len(starts) <= skip_steps:
         raise ValueError(f"the recording has {len(starts)} step markers; need more than {skip_steps}")
     ev = ev[starts[skip_steps]:].copy()
-    from .trace import ALLOC
-
     allocated = set(ev["id"][ev["kind"] == ALLOC].tolist())
     frees = np.flatnonzero(ev["kind"] == FREE)
     earlier = np.array([ev["id"][i] not in allocated for i in frees], dtype=bool)
@@ -76,8 +74,6 @@ def steps_vary(trace: Trace) -> bool:
     trailing complete steps of one kind (the same number of allocations), some position's size
     differs (dynamic padding, a curriculum, MoE routing). A plan saved from such a run misses
     on the next one, which the growable pool serves better."""
-    from .trace import ALLOC
-
     ev = trace.events
     marks = np.flatnonzero(ev["kind"] == STEP)
     steps = [ev["size"][a + 1:b][ev["kind"][a + 1:b] == ALLOC] for a, b in zip(marks[:-1], marks[1:])]

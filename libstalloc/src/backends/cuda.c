@@ -499,16 +499,13 @@ static stalloc_status_t cuda_unmap_unused(void* state, void* at, uint64_t size) 
 
 /* One granule's memory from `from` to `to`, context current: the same physical allocation,
  * mapped at its new address (cuMemRetainAllocationHandle, cuMemUnmap, cuMemMap, cuMemSetAccess),
- * so no cuMemCreate or cuMemRelease of memory. On failure from's mapping is gone too. */
+ * so no cuMemCreate or cuMemRelease of memory. On failure the caller unmaps what is left. */
 static stalloc_status_t move_granule(cuda_state* s, reservation* fres, uint64_t f, reservation* tres, uint64_t t) {
   cu_deviceptr from = fres->base + f * s->granularity, to = tres->base + t * s->granularity;
   cu_mem_handle h;
   const char* call = "cuMemRetainAllocationHandle";
   cu_result r = D.cuMemRetainAllocationHandle(&h, (void*)(uintptr_t)from);
-  if (r != ST_CU_SUCCESS) {
-    unmap_granules(s, fres, f, 1, false);
-    return fail_cu(r, "%s(%p)", call, (void*)(uintptr_t)from);
-  }
+  if (r != ST_CU_SUCCESS) return fail_cu(r, "%s(%p)", call, (void*)(uintptr_t)from);
   r = D.cuMemUnmap(from, s->granularity);
   if (r == ST_CU_SUCCESS) {
     fres->mapped[f] = 0;
@@ -518,16 +515,11 @@ static stalloc_status_t move_granule(cuda_state* s, reservation* fres, uint64_t 
     call = "cuMemUnmap";
   }
   D.cuMemRelease(h); /* a mapping holds the memory from here on, or nothing does */
-  if (r != ST_CU_SUCCESS) {
-    unmap_granules(s, fres, f, 1, false);
+  if (r != ST_CU_SUCCESS)
     return fail_cu(r, "%s while moving a granule from %p to %p", call, (void*)(uintptr_t)from, (void*)(uintptr_t)to);
-  }
   tres->mapped[t] = 1;
   r = D.cuMemSetAccess(to, s->granularity, &s->access, 1);
-  if (r != ST_CU_SUCCESS) {
-    unmap_granules(s, tres, t, 1, false);
-    return fail_cu(r, "cuMemSetAccess while moving a granule to %p", (void*)(uintptr_t)to);
-  }
+  if (r != ST_CU_SUCCESS) return fail_cu(r, "cuMemSetAccess while moving a granule to %p", (void*)(uintptr_t)to);
   return STALLOC_OK;
 }
 

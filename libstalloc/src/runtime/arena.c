@@ -213,11 +213,15 @@ static bool stream_reached(st_arena* a, stream_state* s, uint64_t stamp) {
   return false;
 }
 
+/* Whether `stream`'s work up to `stamp` is known finished; `ask`: ask the device if need be. */
+static bool stamp_done(st_arena* a, uint64_t stream, uint64_t stamp, bool ask) {
+  stream_state* s = stream_find(a, stream);
+  return s && (ask ? stream_reached(a, s, stamp) : stamp <= s->done);
+}
+
 /* Free for every stream, as far as is known without asking the device. */
 static bool settled(st_arena* a, st_arena_block* b) {
-  if (!b->stamp) return true;
-  stream_state* s = stream_find(a, b->stream);
-  if (!s || b->stamp > s->done) return false;
+  if (b->stamp && !stamp_done(a, b->stream, b->stamp, false)) return false;
   b->stamp = 0;
   return true;
 }
@@ -225,8 +229,7 @@ static bool settled(st_arena* a, st_arena_block* b) {
 /* Whether free block b may serve a request on `stream`. */
 static bool usable(st_arena* a, st_arena_block* b, uint64_t stream) {
   if (settled(a, b) || b->stream == stream) return true;
-  stream_state* s = stream_find(a, b->stream);
-  if (!s || !stream_reached(a, s, b->stamp)) return false;
+  if (!stamp_done(a, b->stream, b->stamp, true)) return false;
   b->stamp = 0;
   return true;
 }
@@ -284,8 +287,7 @@ static void granule_freed(st_arena* a, size_t g, uint64_t stream, uint64_t stamp
     a->gstamp[g] = ST_MAX(was, stamp);
     return;
   }
-  stream_state* s = stream_find(a, a->gstream[g]);
-  if (s && was <= s->done) { /* the other stream's frees are finished */
+  if (stamp_done(a, a->gstream[g], was, false)) { /* the other stream's frees are finished */
     a->gstream[g] = stream;
     a->gstamp[g] = stamp;
   } else {
@@ -297,9 +299,7 @@ static void granule_freed(st_arena* a, size_t g, uint64_t stream, uint64_t stamp
 static bool granule_unused(st_arena* a, size_t g) {
   uint64_t stamp = a->gstamp[g];
   if (!stamp) return true;
-  if (stamp == MIXED) return false;
-  stream_state* s = stream_find(a, a->gstream[g]);
-  if (!s || !stream_reached(a, s, stamp)) return false;
+  if (stamp == MIXED || !stamp_done(a, a->gstream[g], stamp, true)) return false;
   a->gstamp[g] = 0;
   return true;
 }

@@ -406,16 +406,22 @@ static void case_stream_order(void) {
   check_all_returned();
 }
 
-/* The growable pool (the path a first run takes): a block freed on stream A serves A again at
- * once, with no event and no waiting (the GPU on A is still busy), while B gets none of its
- * bytes until A's work before the free is done; on one stream it makes no event call at all. */
-static void case_arena_stream_order(void) {
+/* An allocator on the default mock with the growable pool on (make() turns it off). */
+static stalloc_allocator_t* make_growable(void) {
   use_default_mock();
   stalloc_options_t o;
   stalloc_options_init(&o);
   o.backend = STALLOC_BACKEND_CUDA;
   stalloc_allocator_t* a = NULL;
   CHECK_OK(stalloc_allocator_create(&o, &a));
+  return a;
+}
+
+/* The growable pool (the path a first run takes): a block freed on stream A serves A again at
+ * once, with no event and no waiting (the GPU on A is still busy), while B gets none of its
+ * bytes until A's work before the free is done; on one stream it makes no event call at all. */
+static void case_arena_stream_order(void) {
+  stalloc_allocator_t* a = make_growable();
   void* A = (void*)0x1000;
   void* B = (void*)0x2000;
   const size_t size = 8 * MiB;
@@ -455,12 +461,7 @@ static void fill_check(void* at, size_t size, int value, bool write);
 /* A granule the growable pool gives back to map another moves there (the same physical memory,
  * no cuMemCreate), once the device is done with it; a busy one stays and a new one is made. */
 static void case_arena_moves_granules(void) {
-  use_default_mock();
-  stalloc_options_t o;
-  stalloc_options_init(&o);
-  o.backend = STALLOC_BACKEND_CUDA;
-  stalloc_allocator_t* a = NULL;
-  CHECK_OK(stalloc_allocator_create(&o, &a));
+  stalloc_allocator_t* a = make_growable();
   void* A = (void*)0x1000;
   void* B = (void*)0x2000;
   void *p1, *p2, *p3, *p4;
