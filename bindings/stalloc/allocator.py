@@ -214,13 +214,15 @@ class Allocator(OwnedHandle):
 
     def online_info(self) -> dict:
         """The lifecycle's state (off, recording, planning, serving, pool), plans switched to,
-        step boundaries seen, plans made, and whether steps are being recorded."""
+        step boundaries seen, plans made, whether steps are being recorded, and how many kinds
+        of step (training, evaluation: steps with the same number of allocs) a plan serves."""
         info = ffi.new("stalloc_online_info_t*")
         lib.stalloc_online_info_init(info)
         check(lib.stalloc_allocator_online_info(self._h(), info))
         return {"state": self.ONLINE_STATES.get(int(info.state), str(int(info.state))),
                 "plans_switched": int(info.plans_switched), "steps": int(info.steps),
-                "plan_records": int(info.plan_records), "recording": bool(info.recording)}
+                "plan_records": int(info.plan_records), "recording": bool(info.recording),
+                "step_kinds": int(info.step_kinds)}
 
     def online_plans(self) -> list[dict]:
         """The plans the lifecycle made, oldest first, as ``stalloc replay --online --json``

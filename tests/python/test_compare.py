@@ -48,11 +48,13 @@ def test_compare_rows_on_dense_traces(name):
     assert len(online["steps"]) == t.summary().steps
     assert max(s["peak_reserved"] for s in online["steps"]) == online["peak_reserved"]
     assert max(s["peak_allocated"] for s in online["steps"]) == online["peak_allocated"]
-    # planned at the 4th boundary: switched at the next, declined, or refused (fewer than two
-    # recorded steps of one kind: no telling yet whether the run repeats)
+    # planned once three steps are recorded and two of them are of one kind (the warm-up step,
+    # where the optimizer creates its state, is another): switched at the next boundary,
+    # declined, or refused
     first = online["plans"][0]
-    assert first["started_step"] == 4
-    assert (first["switched_step"] == 5) + bool(first["declined"]) + (first["status"] != 0) == 1
+    assert 4 <= first["started_step"] <= 5 and first["recorded_steps"] >= 2
+    assert ((first["switched_step"] == first["started_step"] + 1) + bool(first["declined"])
+            + (first["status"] != 0)) == 1
     assert how["plan_events"] < how["trace_events"]
 
 

@@ -18,6 +18,7 @@ from stalloc.trace import ALLOC, EVENT_DTYPE, FREE, STEP, Trace
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 SHIPPED = sorted(TRACES.glob("*.npz")) + sorted((TRACES / "changing").glob("*.npz"))
 NEVER = 2**64 - 1
+MiB = 2**20
 
 
 def shaped_run(scales, layers=12, weights=8, seed=0) -> Trace:
@@ -49,6 +50,51 @@ def shaped_run(scales, layers=12, weights=8, seed=0) -> Trace:
             free(alloc(int(scale) * 4096))  # a gradient temporary
             free(a)
     ev.append((len(scales) + 1, 0, 0, 0, 0, 0, STEP, 0))
+    return Trace.from_events(np.array(ev, dtype=EVENT_DTYPE))
+
+
+def train_eval_run(pattern, layers=10, weights=8, seed=0) -> Trace:
+    """Training steps ("T": a forward keeping one activation per layer, a backward freeing
+    them, gradients that live until the next training step's zero_grad) and evaluation passes
+    ("E": no_grad, a different batch shape, nothing kept), in the order `pattern` gives."""
+    rng = np.random.default_rng(seed)
+    ev, next_id = [], 1
+
+    def alloc(size):
+        nonlocal next_id
+        ev.append((next_id, size, 0, 0, 0, 0, ALLOC, 0))
+        next_id += 1
+        return next_id - 1
+
+    def free(i):
+        ev.append((i, 0, 0, 0, 0, 0, FREE, 0))
+
+    ev.append((0, 0, 0, 0, 0, 0, STEP, 0))
+    shapes = [int(rng.integers(64, 256)) * 1024 for _ in range(weights)]
+    for size in shapes:
+        alloc(size)
+    grads = []
+    for step, kind in enumerate(pattern, start=1):
+        ev.append((step, 0, 0, 0, 0, 0, STEP, 0))
+        if kind == "T":
+            for g in grads:  # zero_grad(set_to_none=True)
+                free(g)
+            acts = []
+            for layer in range(layers):  # temporaries that grow: best fit leaves their holes
+                acts.append(alloc((5 + layer % 3) * MiB))
+                free(alloc((3 + layer) * MiB))
+            grads = []
+            for layer, a in enumerate(reversed(acts)):
+                free(alloc(2 * MiB))
+                free(a)
+                if layer < weights:
+                    grads.append(alloc(shapes[layer]))
+        else:
+            for layer in range(layers // 2):
+                x = alloc(7 * MiB + layer * 4096)
+                free(alloc((9 + layer) * MiB))
+                free(x)
+    ev.append((len(pattern) + 1, 0, 0, 0, 0, 0, STEP, 0))
     return Trace.from_events(np.array(ev, dtype=EVENT_DTYPE))
 
 
@@ -87,6 +133,52 @@ def test_shaped_run_replans_and_takes_smaller_requests():
     assert small and all(steps[i]["miss_bytes"] == 0 and steps[i]["hit_bytes"] > 0 for i in small)
     # After the re-plan for the largest shape, the last steps miss nothing either.
     assert all(s["miss_bytes"] == 0 for s in steps[-3:])
+
+
+KIND_RUNS = {
+    # llama trained with an evaluation pass after every second step (recorded; the growable
+    # pool beside the plans), and synthetic runs in other orders (cached segments beside them).
+    "llama_eval": (lambda: stalloc.load_trace(TRACES / "changing" / "llama_eval.npz"), True),
+    "TTE": (lambda: train_eval_run("TTE" * 6), False),
+    "TTTTE": (lambda: train_eval_run("TTTTE" * 5), False),
+    "irregular": (lambda: train_eval_run("TETTETTTETETTETTTE"), False),
+}
+
+
+@pytest.mark.parametrize("name", ["llama_eval", "TTE", "TTTTE"])
+def test_each_kind_of_step_gets_its_own_plan(name):
+    # Training steps and evaluation passes interleaved: each kind is planned from its own
+    # steps, the kind of the next step is predicted from the kinds seen so far (the first
+    # rounds teach it the order), and then every step is served by its kind's plan, no miss.
+    make, growable = KIND_RUNS[name]
+    r = replay(make(), online=True, growable_pool=growable)
+    used = [p for p in r["plans"] if p["switched_step"] != NEVER]
+    assert len(used) >= 2, r["plans"]
+    last = r["steps"][-7:-1]  # the last entry follows the closing marker: empty
+    assert max(p["switched_step"] for p in used[:2]) < len(r["steps"]) - 7
+    assert all(s["miss_bytes"] == 0 and s["hit_bytes"] > 0 for s in last)
+
+
+@pytest.mark.parametrize("name", KIND_RUNS)
+def test_kinds_share_no_byte(name):
+    # The host backend fills every block and checks it at its free: no two live blocks share
+    # a byte across the kinds' pools, whatever the guesses of the next step's kind.
+    make, growable = KIND_RUNS[name]
+    r = replay(make(), online=True, growable_pool=growable, backend="host", check=True)
+    assert r["checked_events"] == r["requests"]
+    if not growable:  # (host pages are small: the growable pool there needs no plan)
+        assert sum(p["switched_step"] != NEVER for p in r["plans"]) >= 2
+
+
+def test_a_new_kind_of_step_is_not_drift():
+    # One evaluation pass after many training steps, then training again: the pass misses
+    # the training plan (it has none of its own yet) but is not taken for drift: no re-plan.
+    pattern = "T" * 8 + "E" + "T" * 4
+    r = replay(train_eval_run(pattern), online=True, growable_pool=False)
+    used = [p for p in r["plans"] if p["switched_step"] != NEVER]
+    # the training plan, and (cached segments beside it: one step is enough) the pass's own
+    assert len(used) <= 2 and used[0]["switched_step"] < 9
+    assert all(s["miss_bytes"] == 0 and s["hit_bytes"] > 0 for s in r["steps"][-5:-1])
 
 
 def test_replan_switches_keep_live_blocks_where_they_are():

@@ -336,6 +336,20 @@ def test_online_lifecycle_switches_without_the_growable_pool():
     session.close()
 
 
+def test_training_and_evaluation_steps_each_get_a_plan_through_pytorch(tmp_path):
+    # Evaluation passes between training steps, through the PyTorch entry points: the
+    # lifecycle recognises the two kinds of step and serves each from its own plan.
+    from test_online import train_eval_run
+
+    path = tmp_path / "tte.npz"
+    train_eval_run("TTE" * 6).save(str(path))
+    session, stats = drive(path, online=True, growable_pool=False)
+    info = session.allocator.online_info()
+    assert info["step_kinds"] == 2 and info["plans_switched"] >= 2
+    assert stats.plan_hits > 0 and lib.stalloc_torch_failed_frees() == 0
+    session.close()
+
+
 def test_no_saved_plan_from_a_run_that_changes_shape(tmp_path):
     # A plan saved from steps whose sizes differ (dynamic padding, MoE routing) would miss on
     # the next run; that run is better served the way this one was, online.

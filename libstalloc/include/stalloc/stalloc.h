@@ -531,7 +531,8 @@ typedef struct stalloc_online_info {
   uint64_t steps;            /* step boundaries seen since online_start */
   uint64_t plan_records;     /* plans started (see stalloc_allocator_online_plans) */
   int32_t recording;         /* 1 while steps are being recorded for a (re-)plan */
-  int32_t reserved0;
+  int32_t step_kinds;        /* kinds of step (same allocs per step: training, evaluation)
+                                served from a plan of their own now */
 } stalloc_online_info_t;
 
 /* One plan the lifecycle made: when, from what, how long it took, and when it was used. */

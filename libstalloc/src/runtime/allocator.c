@@ -112,7 +112,7 @@ stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
   st_online_destroy(a->online);
   for (size_t i = 0; i < a->retired_count; i++) st_runtime_destroy(a->retired[i]);
   free(a->retired);
-  st_runtime_destroy(a->runtime);
+  for (int k = 0; k < ST_ONLINE_KINDS; k++) st_runtime_destroy(a->kinds[k]);
   st_slab_destroy(a->slab);
   st_arena_destroy(a->arena);
   st_fallback_destroy(a->fallback);
@@ -266,9 +266,15 @@ static stalloc_status_t find_live(stalloc_allocator_t* a, const void* ptr, const
   return st_fail(STALLOC_ERR_UNKNOWN_POINTER, "%s: %p was not given out by this allocator (or not recently)", what, ptr);
 }
 
+static bool is_kind(const stalloc_allocator_t* a, const st_runtime* rt) {
+  for (int k = 0; k < ST_ONLINE_KINDS; k++)
+    if (a->kinds[k] == rt) return true;
+  return false;
+}
+
 /* A replaced plan's pool goes back once its last block is freed. Lock held. */
 static void retire_if_idle(stalloc_allocator_t* a, st_runtime* rt) {
-  if (rt == a->runtime || !st_runtime_idle(rt)) return;
+  if (is_kind(a, rt) || !st_runtime_idle(rt)) return;
   for (size_t i = 0; i < a->retired_count; i++)
     if (a->retired[i] == rt) {
       a->retired[i] = a->retired[--a->retired_count];
@@ -281,10 +287,10 @@ static void retire_if_idle(stalloc_allocator_t* a, st_runtime* rt) {
 static void release_to_pool(void* arg, uint8_t origin, void* handle, uint64_t stream) {
   stalloc_allocator_t* a = arg;
   switch (origin) {
-    case ORIGIN_PLAN: { /* its pool may be a replaced plan's */
-      st_runtime* rt = a->retired_count ? st_runtime_of(handle) : a->runtime;
+    case ORIGIN_PLAN: { /* its pool may be another kind's, or a replaced plan's */
+      st_runtime* rt = st_runtime_of(handle);
       st_runtime_free(rt, handle, stream);
-      if (rt != a->runtime) retire_if_idle(a, rt);
+      if (a->retired_count) retire_if_idle(a, rt);
       break;
     }
     case ORIGIN_SLAB: st_slab_free(a->slab, handle, stream); break;
@@ -448,11 +454,11 @@ stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* a) {
   return STALLOC_OK;
 }
 
-/* The counters of every plan served so far. Lock held. */
-static st_runtime_counters runtime_counters(const stalloc_allocator_t* a) {
+st_runtime_counters st_allocator_plan_counters(const stalloc_allocator_t* a) {
   st_runtime_counters c = a->past;
-  if (a->runtime) {
-    const st_runtime_counters* r = st_runtime_counters_of(a->runtime);
+  for (int k = 0; k < ST_ONLINE_KINDS; k++) {
+    if (!a->kinds[k]) continue;
+    const st_runtime_counters* r = st_runtime_counters_of(a->kinds[k]);
     c.hits += r->hits;
     c.misses += r->misses;
     c.resyncs += r->resyncs;
@@ -482,7 +488,7 @@ stalloc_status_t stalloc_allocator_stats(stalloc_allocator_t* a, stalloc_stats_t
   s.backend_frees = a->budget.backend_frees;
   s.deferred_frees = a->deferred.count;
   s.memory_limit = a->budget.limit;
-  st_runtime_counters c = runtime_counters(a);
+  st_runtime_counters c = st_allocator_plan_counters(a);
   s.plan_hits = c.hits;
   s.plan_misses = c.misses;
   s.resyncs = c.resyncs;
@@ -502,7 +508,8 @@ stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* a) {
   s->alloc_count = s->free_count = s->failed_allocs = 0;
   s->plan_hits = s->plan_misses = s->resyncs = s->dynamic_allocs = s->fallback_allocs = 0;
   s->steps = 0;
-  if (a->runtime) st_runtime_reset_counters(a->runtime);
+  for (int k = 0; k < ST_ONLINE_KINDS; k++)
+    if (a->kinds[k]) st_runtime_reset_counters(a->kinds[k]);
   a->past = (st_runtime_counters){0};
   a->step_hit_bytes = a->step_miss_bytes = 0;
   a->budget.backend_allocs = a->budget.backend_frees = 0;
@@ -510,76 +517,117 @@ stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* a) {
   return STALLOC_OK;
 }
 
-/* Stops serving the plan: its pool goes back once its last block is freed. False (and the
- * plan still served) when there is no host memory to remember the pool. Lock held. */
-static bool drop_plan(stalloc_allocator_t* a) {
-  if (a->retired_count == a->retired_cap) {
-    size_t cap = a->retired_cap ? 2 * a->retired_cap : 4;
-    st_runtime** r = realloc(a->retired, cap * sizeof *r);
-    if (!r) return false;
-    a->retired = r;
-    a->retired_cap = cap;
-  }
-  a->past = runtime_counters(a);
-  st_runtime* old = a->runtime;
-  a->retired[a->retired_count++] = old;
-  a->runtime = NULL;
-  st_runtime_retire(old);
-  retire_if_idle(a, old);
+/* Room for `more` retired pools. Lock held. */
+static bool retired_room(stalloc_allocator_t* a, size_t more) {
+  if (a->retired_count + more <= a->retired_cap) return true;
+  size_t cap = ST_MAX(2 * a->retired_cap, a->retired_count + more);
+  st_runtime** r = realloc(a->retired, cap * sizeof *r);
+  if (!r) return false;
+  a->retired = r;
+  a->retired_cap = cap;
   return true;
 }
 
-/* Serves `plan` from now on, its position `position` (the number of the run's allocs it has
- * seen). A plan already served is replaced: its pool stays until its last block is freed,
- * its counters add to the allocator's. Lock held. */
-static stalloc_status_t install_plan(stalloc_allocator_t* a, const stalloc_plan* plan, uint64_t position,
-                                     bool shaped) {
+/* Stops serving kind k's plan: its pool goes back once its last block is freed. Lock held;
+ * retired_room(a, 1) was true. */
+static void drop_kind(stalloc_allocator_t* a, int k) {
+  st_runtime* old = a->kinds[k];
+  if (!old) return;
+  const st_runtime_counters* c = st_runtime_counters_of(old);
+  a->past.hits += c->hits;
+  a->past.misses += c->misses;
+  a->past.resyncs += c->resyncs;
+  a->past.dynamic += c->dynamic;
+  a->past.hit_bytes += c->hit_bytes;
+  a->past.miss_bytes += c->miss_bytes;
+  a->retired[a->retired_count++] = old;
+  a->kinds[k] = NULL;
+  if (a->runtime == old) a->runtime = NULL;
+  st_runtime_retire(old);
+  retire_if_idle(a, old);
+}
+
+/* Stops serving every plan. False (and the plans still served) when there is no host memory
+ * to remember their pools. Lock held. */
+static bool drop_plans(stalloc_allocator_t* a) {
+  if (!retired_room(a, ST_ONLINE_KINDS)) return false;
+  for (int k = 0; k < ST_ONLINE_KINDS; k++) drop_kind(a, k);
+  return true;
+}
+
+/* Serves `plan` for kind k from now on, its position `position` (the number of the run's
+ * allocs it has seen). A plan that kind already had is replaced: its pool stays until its last
+ * block is freed, its counters add to the allocator's. Lock held. */
+static stalloc_status_t install_plan(stalloc_allocator_t* a, int k, const stalloc_plan* plan,
+                                     uint64_t position, bool shaped) {
   st_runtime* rt = NULL;
   stalloc_status_t s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->arena, a->options.alignment,
                                          plan, position, shaped, &rt);
   if (!s && !a->slab)
     s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->arena, a->options.tiny_alignment, &a->slab);
-  if (!s && a->runtime && !drop_plan(a)) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
+  if (!s && a->kinds[k] && !retired_room(a, 1)) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
   if (s) {
     st_runtime_destroy(rt);
     return s;
   }
-  a->runtime = rt;
+  drop_kind(a, k);
+  a->kinds[k] = rt;
   st_fallback_exact_segments(a->fallback, true);
   return STALLOC_OK;
+}
+
+/* Kind k's plan serves the next step (k < 0: none does). The one that served before lets its
+ * idle granules go (its blocks keep only theirs) until it serves again. Lock held. */
+static void serve_kind(stalloc_allocator_t* a, int k) {
+  st_runtime* next = k >= 0 ? a->kinds[k] : NULL;
+  if (a->runtime && a->runtime != next) st_runtime_pause(a->runtime);
+  a->runtime = next;
+}
+
+/* The online lifecycle at a step boundary: a plan ready for some kind is switched to (or
+ * declined), a drifting run goes back to the growable pool, and the plan of the kind expected
+ * next serves. Lock held. */
+static void online_step(stalloc_allocator_t* a, uint64_t step) {
+  st_runtime_counters c = st_allocator_plan_counters(a);
+  uint64_t missed = c.miss_bytes - a->step_miss_bytes, served = c.hit_bytes - a->step_hit_bytes;
+  a->step_miss_bytes = c.miss_bytes;
+  a->step_hit_bytes = c.hit_bytes;
+  uint64_t step_allocs = a->allocs_seen - a->step_allocs_at;
+  a->step_allocs_at = a->allocs_seen;
+  stalloc_event_t marker = {.id = step, .device = (int16_t)a->options.device, .kind = STALLOC_EVENT_STEP};
+  bool drop = false;
+  int k = -1;
+  const stalloc_plan* plan = st_online_step(a->online, &marker, step_allocs, missed, served, &drop, &k);
+  if (drop) drop_plans(a);
+  if (plan) {
+    /* The recording's cached segments go back first, so the pool does not stack on them.
+     * The plan's iteration begins at a step marker: the next alloc is its first position. */
+    st_fallback_release_cached(a->fallback);
+    if (a->arena) st_arena_trim(a->arena);
+    /* A plan that would hold more than the run has needed so far stays unused: the pool it
+     * needs comes on top of what lives outside it (weights, optimizer state). With a growable
+     * pool, a declined plan takes the other plans with it: the growable pool serves from now
+     * on. Without one, the first plan is always used (cached segments serve changing shapes
+     * no better), and a plan for another kind of step only when its pool, a segment of its
+     * own, fits under that peak: else the plans there are serve that kind too. */
+    bool others = false;
+    for (int j = 0; j < ST_ONLINE_KINDS; j++) others |= j != k && a->kinds[j];
+    bool declined = (a->arena || others) && a->budget.reserved + plan->pool_size > a->budget.peak_reserved;
+    if (declined && a->arena && !drop_plans(a)) declined = false; /* no memory to drop them */
+    stalloc_status_t s = declined ? STALLOC_OK : install_plan(a, k, plan, plan->prologue_count, true);
+    st_online_switched(a->online, s, declined, s || declined ? 0 : st_runtime_pool_size(a->kinds[k]));
+    st_clear_error();
+  }
+  serve_kind(a, st_online_next_kind(a->online));
 }
 
 stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t step) {
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "step_begin: NULL allocator");
   LOCK(a);
   a->stats.steps++;
-  if (a->runtime) st_runtime_step(a->runtime);
   st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
-  if (a->online) {
-    st_runtime_counters c = runtime_counters(a);
-    uint64_t missed = c.miss_bytes - a->step_miss_bytes, served = c.hit_bytes - a->step_hit_bytes;
-    a->step_miss_bytes = c.miss_bytes;
-    a->step_hit_bytes = c.hit_bytes;
-    stalloc_event_t marker = {.id = step, .device = (int16_t)a->options.device, .kind = STALLOC_EVENT_STEP};
-    bool drop = false;
-    const stalloc_plan* plan = st_online_step(a->online, &marker, missed, served, &drop);
-    if (drop && a->runtime) drop_plan(a);
-    if (plan) {
-      /* The recording's cached segments go back first, so the pool does not stack on them.
-       * The plan's iteration begins at a step marker: the next alloc is its first position. */
-      st_fallback_release_cached(a->fallback);
-      if (a->arena) st_arena_trim(a->arena);
-      /* A plan that would hold more than the run has needed so far stays unused: the pool it
-       * needs comes on top of what lives outside it (weights, optimizer state). A re-plan
-       * declined so means the run outgrew its plan: the plan goes too, and the growable pool
-       * serves from now on. */
-      bool declined = a->arena && a->budget.reserved + plan->pool_size > a->budget.peak_reserved;
-      if (declined && a->runtime && !drop_plan(a)) declined = false; /* no memory to drop it */
-      stalloc_status_t s = declined ? STALLOC_OK : install_plan(a, plan, plan->prologue_count, true);
-      st_online_switched(a->online, s, declined, s || declined ? 0 : st_runtime_pool_size(a->runtime));
-      st_clear_error();
-    }
-  }
+  if (a->online) online_step(a, step);
+  if (a->runtime) st_runtime_step(a->runtime);
   UNLOCK(a);
   return STALLOC_OK;
 }
@@ -632,7 +680,7 @@ stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struc
     s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: this allocator already %s",
                 a->runtime ? "serves a plan" : "runs the online lifecycle, which loads its own plans");
   else /* blocks already live stay in the fallback pool; positions count from the run's first alloc */
-    s = install_plan(a, plan, a->allocs_seen, plan->sizes_tolerated != 0);
+    if (!(s = install_plan(a, 0, plan, a->allocs_seen, plan->sizes_tolerated != 0))) a->runtime = a->kinds[0];
   UNLOCK(a);
   return s;
 }

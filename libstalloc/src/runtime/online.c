@@ -1,17 +1,24 @@
 /* online.c - the online lifecycle (see online.h, docs/online.md).
  *
- * Recording keeps the raw events in a growable array (the hot path only appends 40 bytes);
- * the planning thread turns them into a trace, keeps the trailing steps of one kind (the same
- * alloc count between markers, whatever their sizes), and plans those with sizes tolerated:
- * every position at the largest size it reached. A re-plan made from steps of the kind the
- * current plan serves never shrinks a position: its recorded sizes are raised to the current
- * plan's first, so a run that once reached a shape keeps room for it.
+ * Recording keeps the raw events in a growable array (the hot path only appends 40 bytes)
+ * and, per step in it, where it starts and its kind. It rolls: once the first steps are in,
+ * it keeps only the trailing steps that a plan or re-plan may still want.
  *
- * Drift: once a plan is served, the recording rolls on, keeping the last replan_steps steps.
- * A step whose bytes missing the plan pass replan_miss_share of its planned traffic counts as
- * drifting; replan_after of them in a row hand a copy of those steps to a planning thread, so
- * a new shape is planned for from the step that first showed it. The thread never touches the allocator: it owns its job until `done` is set, and the
- * allocator reads the result under its lock at a step boundary. */
+ * Kinds. Steps with the same number of allocs between two markers are of one kind, whatever
+ * their sizes (dynamic padding, a curriculum); a training step and an evaluation pass are two.
+ * Each kind gets its own plan, made on the planning thread from the last steps of that kind,
+ * wherever they lie in the recording, with sizes tolerated: every position at the largest size
+ * it reached. A re-plan of a kind never shrinks a position: its recorded sizes are raised to
+ * the kind's current plan's first. Which kind comes next is predicted from the kinds seen so
+ * far (the longest run of recent kinds that happened before, and what followed it); never from
+ * what is ahead.
+ *
+ * Drift: a step of the kind its plan serves whose bytes missing the plan pass replan_miss_share
+ * of its planned traffic is drifting; replan_after of them in a row start a re-plan from the
+ * kind's last replan_steps steps (with a growable pool: the plans are dropped instead). A step
+ * of another kind is not drift: it is that kind's step. The thread never touches the
+ * allocator: it owns its job until `done` is set, and the allocator reads the result under its
+ * lock at a step boundary. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,21 +31,41 @@
 #include "runtime/online.h"
 #include "trace/trace.h"
 
-#define MAX_RECORDS 4096 /* plan records kept (a run re-planning more often stops keeping them) */
+#define MAX_RECORDS 4096  /* plan records kept (a run re-planning more often stops keeping them) */
+#define KEEP_STEPS 12     /* complete steps a rolling recording keeps at most */
+#define KEEP_EVENTS (4u << 20) /* past the minimum, a recording stops growing at this many events */
+#define HISTORY 64        /* kinds of the last steps, for predicting the next */
+#define MATCH_MAX 8       /* longest run of recent kinds looked for in the history */
+
+typedef struct step_kind {
+  uint64_t allocs;        /* allocs per step: what tells kinds apart */
+  uint64_t seen;          /* steps of this kind so far */
+  uint64_t last_seen;     /* the boundary that closed the latest one */
+  uint64_t retry_at;      /* a failed plan is tried again once `seen` reaches this */
+  stalloc_plan* current;  /* the plan it is served from (the next plan's floor), or NULL */
+  uint32_t drifting;
+  bool used;
+} step_kind;
+
+typedef struct rec_step {
+  size_t at;              /* its marker's index in the recording */
+  uint64_t allocs;
+} rec_step;
 
 typedef struct plan_job {
-  stalloc_event_t* events;    /* the recording, owned by the job */
+  stalloc_event_t* events; /* the recording from the first chosen step on, owned by the job */
   size_t count;
-  uint64_t steps_wanted;      /* trailing steps to plan */
-  uint64_t* floor;            /* the current plan's iteration sizes (NULL: none) */
+  size_t* ranges;          /* chosen steps: [ranges[2i], ranges[2i+1]), each from its marker to
+                              the next one (which closes it) */
+  size_t chosen;
+  int kind;
+  uint64_t* floor;         /* the kind's current plan's iteration sizes (NULL: none) */
   size_t floor_count;
   stalloc_plan_params_t params;
-  stalloc_plan* plan;         /* result */
+  stalloc_plan* plan;      /* result */
   stalloc_status_t status;
   char message[256];
-  uint64_t steps_used;
-  bool need_repeat;           /* refuse to plan from fewer than 2 steps of one kind */
-  bool varied;                /* some position's size differed between the planned steps */
+  bool varied;             /* some position's size differed between the planned steps */
   double seconds, finished_at;
   atomic_int done;
 } plan_job;
@@ -50,24 +77,27 @@ struct st_online {
   uint64_t steps;            /* boundaries seen */
   int32_t state;             /* stalloc_online_state_t */
   uint32_t switched;         /* plans switched to */
+  bool first_tried;          /* the first plan was started (before: record_steps steps wanted) */
 
   bool recording;
-  bool rolling;              /* serving a plan: the recording keeps the last replan_steps steps */
-  stalloc_event_t marker;    /* the last boundary's marker */
   uint32_t rec_number;
-  uint64_t rec_markers;      /* step markers in the current recording */
-  uint64_t rec_wanted;       /* complete steps it needs */
   stalloc_event_t* ev;
   size_t n, cap;
+  rec_step* rs;              /* steps in the recording; the last is still open */
+  size_t rs_count, rs_cap;
+  stalloc_event_t marker;    /* the last boundary's marker */
+
+  step_kind kinds[ST_ONLINE_KINDS];
+  int8_t history[HISTORY];   /* kinds of the last steps (oldest first); -1: untracked */
+  size_t history_count;
+  int served;                /* the kind whose plan served the step under way, or -1 */
 
   plan_job* job;             /* non-NULL while a plan is being made or waits to be used */
   pthread_t thread;
   bool thread_live;
   size_t job_record;         /* its index in records */
-
-  stalloc_plan* current;     /* the plan in use (its sizes are the next plan's floor) */
   stalloc_plan* offered;     /* handed to the allocator, not yet confirmed */
-  uint32_t drifting;
+  int offered_kind;
 
   stalloc_online_plan_record_t* records;
   size_t record_count;
@@ -109,7 +139,8 @@ stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_
   on->state = STALLOC_ONLINE_RECORDING;
   on->recording = true;
   on->rec_number = 1;
-  on->rec_wanted = p.record_steps;
+  on->served = -1;
+  on->offered_kind = -1;
   *out = on;
   return STALLOC_OK;
 }
@@ -124,6 +155,7 @@ static void join_job(st_online* on) {
 static void free_job(plan_job* job) {
   if (!job) return;
   free(job->events);
+  free(job->ranges);
   free(job->floor);
   if (job->plan) stalloc_plan_destroy(job->plan);
   free(job);
@@ -133,9 +165,11 @@ void st_online_destroy(st_online* on) {
   if (!on) return;
   join_job(on);
   free_job(on->job);
-  if (on->offered && on->offered != on->current) stalloc_plan_destroy(on->offered);
-  if (on->current) stalloc_plan_destroy(on->current);
+  if (on->offered) stalloc_plan_destroy(on->offered);
+  for (int k = 0; k < ST_ONLINE_KINDS; k++)
+    if (on->kinds[k].current) stalloc_plan_destroy(on->kinds[k].current);
   free(on->ev);
+  free(on->rs);
   free(on->records);
   free(on);
 }
@@ -147,8 +181,10 @@ uint32_t st_online_recording_number(const st_online* on) { return on->recording 
 static void stop_recording(st_online* on) {
   on->recording = false;
   free(on->ev);
+  free(on->rs);
   on->ev = NULL;
-  on->n = on->cap = 0;
+  on->rs = NULL;
+  on->n = on->cap = on->rs_count = on->rs_cap = 0;
 }
 
 void st_online_event(st_online* on, const stalloc_event_t* e) {
@@ -164,100 +200,199 @@ void st_online_event(st_online* on, const stalloc_event_t* e) {
     on->cap = cap;
   }
   on->ev[on->n++] = *e;
+  if (e->kind == STALLOC_EVENT_ALLOC && on->rs_count) on->rs[on->rs_count - 1].allocs++;
 }
 
-/* A new recording that this boundary's marker opens. */
-static void start_recording(st_online* on, const stalloc_event_t* marker, uint64_t steps) {
-  on->recording = true;
-  on->rec_number++;
-  on->rec_markers = 1;
-  on->rec_wanted = steps;
+/* The boundary's marker opens a step of the recording. */
+static void record_marker(st_online* on, const stalloc_event_t* marker) {
+  if (on->rs_count == on->rs_cap) {
+    size_t cap = on->rs_cap ? 2 * on->rs_cap : 16;
+    rec_step* rs = realloc(on->rs, cap * sizeof *rs);
+    if (!rs) {
+      stop_recording(on);
+      return;
+    }
+    on->rs = rs;
+    on->rs_cap = cap;
+  }
   st_online_event(on, marker);
+  if (on->recording) on->rs[on->rs_count++] = (rec_step){on->n - 1, 0};
 }
 
-/* Drops what lies before the last rec_wanted complete steps of a rolling recording. */
-static void keep_last_steps(st_online* on) {
-  if (on->rec_markers <= on->rec_wanted + 1) return;
-  size_t i = on->n, seen = 0;
-  while (i > 0 && seen < on->rec_wanted + 1) seen += on->ev[--i].kind == STALLOC_EVENT_STEP;
-  memmove(on->ev, on->ev + i, (on->n - i) * sizeof *on->ev);
-  on->n -= i;
-  on->rec_markers = on->rec_wanted + 1;
+/* ---- kinds ---- */
+
+static int kind_of(const st_online* on, uint64_t allocs) {
+  for (int k = 0; k < ST_ONLINE_KINDS; k++)
+    if (on->kinds[k].used && on->kinds[k].allocs == allocs) return k;
+  return -1;
+}
+
+static bool kind_busy(const st_online* on, int k) {
+  return on->kinds[k].current || (on->job && on->job->kind == k) || (on->offered && on->offered_kind == k);
+}
+
+/* The kind of a step with `allocs` allocs, made if new: in a free entry, else in place of the
+ * kind seen longest ago that has no plan (its history entries forgotten); -1 when all have. */
+static int note_kind(st_online* on, uint64_t allocs) {
+  int k = kind_of(on, allocs);
+  if (k >= 0) return k;
+  for (int j = 0; j < ST_ONLINE_KINDS && k < 0; j++)
+    if (!on->kinds[j].used) k = j;
+  for (int j = 0; j < ST_ONLINE_KINDS && k < 0; j++) {
+    if (kind_busy(on, j)) continue;
+    int oldest = -1;
+    for (int i = 0; i < ST_ONLINE_KINDS; i++)
+      if (!kind_busy(on, i) && (oldest < 0 || on->kinds[i].last_seen < on->kinds[oldest].last_seen)) oldest = i;
+    k = oldest;
+  }
+  if (k < 0) return -1;
+  for (size_t i = 0; i < on->history_count; i++)
+    if (on->history[i] == k) on->history[i] = -1;
+  on->kinds[k] = (step_kind){.allocs = allocs, .used = true};
+  return k;
+}
+
+static void push_history(st_online* on, int k) {
+  if (on->history_count == HISTORY) {
+    memmove(on->history, on->history + 1, (HISTORY - 1) * sizeof *on->history);
+    on->history_count--;
+  }
+  on->history[on->history_count++] = (int8_t)k;
+}
+
+/* The kind expected next: the longest run of recent kinds that also happened earlier (up to
+ * MATCH_MAX steps), and the kind that followed it most often then (the latest on a tie); with
+ * no such run, the kind seen most often. */
+static int predict(const st_online* on) {
+  size_t n = on->history_count;
+  if (!n) return -1;
+  int count[ST_ONLINE_KINDS];
+  for (size_t len = ST_MIN(n - 1, (size_t)MATCH_MAX); len >= 1; len--) {
+    int best = -1;
+    memset(count, 0, sizeof count);
+    for (size_t start = n - len; start-- > 0;) {
+      int next = on->history[start + len];
+      if (next < 0 || memcmp(on->history + start, on->history + n - len, len) != 0) continue;
+      if (++count[next] > (best < 0 ? 0 : count[best])) best = next; /* latest first: ties stay */
+    }
+    if (best >= 0) return best;
+  }
+  int best = -1;
+  memset(count, 0, sizeof count);
+  for (size_t i = n; i-- > 0;) {
+    int k = on->history[i];
+    if (k >= 0 && ++count[k] > (best < 0 ? 0 : count[best])) best = k;
+  }
+  return best;
+}
+
+/* ---- the recording's window ---- */
+
+/* The chosen steps: the last `wanted` complete steps of kind `allocs` (at most), oldest first,
+ * as indices into rs. Returns how many. */
+static size_t choose_steps(const st_online* on, uint64_t allocs, size_t wanted, size_t* idx) {
+  size_t c = 0;
+  for (size_t i = on->rs_count - 1; i-- > 0 && c < wanted;)
+    if (on->rs[i].allocs == allocs) idx[c++] = i;
+  for (size_t i = 0; i < c / 2; i++) { /* oldest first */
+    size_t t = idx[i];
+    idx[i] = idx[c - 1 - i];
+    idx[c - 1 - i] = t;
+  }
+  return c;
+}
+
+/* How many steps of kind k a plan for it is made from. */
+static size_t steps_wanted(const st_online* on, int k) {
+  return on->kinds[k].current || on->first_tried ? on->p.replan_steps : on->p.record_steps;
+}
+
+/* Drops what lies before the steps still wanted: for each kind that may still be planned (no
+ * plan yet, or re-planned on drift), its last steps_wanted steps; always the last record_steps;
+ * at most KEEP_STEPS, and past the minimum no more than KEEP_EVENTS events. */
+static void trim_recording(st_online* on) {
+  size_t complete = on->rs_count ? on->rs_count - 1 : 0;
+  if (!complete) return;
+  size_t keep = ST_MIN(complete, (size_t)on->p.record_steps);
+  for (int k = 0; k < ST_ONLINE_KINDS; k++) {
+    const step_kind* sk = &on->kinds[k];
+    /* a kind seen once is kept only within the minimum: a warm-up step never comes back */
+    if (!sk->used || sk->seen < 2 || (sk->current && on->growable)) continue;
+    size_t want = steps_wanted(on, k), got = 0, from = on->rs_count - 1;
+    for (size_t i = on->rs_count - 1; i-- > 0 && got < want;)
+      if (on->rs[i].allocs == sk->allocs) {
+        got++;
+        from = i;
+      }
+    if (got) keep = ST_MAX(keep, complete - from);
+  }
+  keep = ST_MIN(keep, (size_t)KEEP_STEPS);
+  size_t minimum = ST_MIN(complete, (size_t)on->p.record_steps);
+  while (keep > minimum && on->n - on->rs[on->rs_count - 1 - keep].at > KEEP_EVENTS) keep--;
+  size_t first = on->rs_count - 1 - keep; /* the oldest step kept */
+  size_t cut = on->rs[first].at;
+  if (!cut) return;
+  memmove(on->ev, on->ev + cut, (on->n - cut) * sizeof *on->ev);
+  on->n -= cut;
+  memmove(on->rs, on->rs + first, (on->rs_count - first) * sizeof *on->rs);
+  on->rs_count -= first;
+  for (size_t i = 0; i < on->rs_count; i++) on->rs[i].at -= cut;
 }
 
 /* ---- the planning thread ---- */
 
-/* The trailing steps of one kind (the last complete step's alloc count), at most `wanted`,
- * as a trace of their own: frees of blocks allocated before are flagged unmatched, so what
- * lives across the cut (weights, optimizer state, a data batch) stays out of the plan. */
+/* The chosen steps as a trace of their own. Frees of blocks allocated before the first chosen
+ * step (or in a step between chosen ones) are flagged unmatched, so what lives across the cut
+ * (weights, optimizer state, a data batch) stays out of the plan; a block of a chosen step freed
+ * between chosen steps is freed at the end of its stretch. */
 static stalloc_status_t steady_trace(plan_job* job, stalloc_trace_t** out) {
   const stalloc_event_t* ev = job->events;
-  size_t n = job->count, markers = 0;
-  for (size_t i = 0; i < n; i++) markers += ev[i].kind == STALLOC_EVENT_STEP;
-  if (markers < 2) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online: the recording holds no complete step");
-  size_t* at = malloc(markers * sizeof *at);
-  uint64_t* allocs = calloc(markers, sizeof *allocs);
-  if (!at || !allocs) {
-    free(at);
-    free(allocs);
-    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "online: no host memory");
-  }
-  for (size_t i = 0, m = 0; i < n; i++) {
-    if (ev[i].kind == STALLOC_EVENT_STEP) at[m++] = i;
-    else if (ev[i].kind == STALLOC_EVENT_ALLOC && m) allocs[m - 1]++;
-  }
-  /* complete steps are [at[k], at[k+1]) for k < markers - 1 */
-  size_t last = markers - 2, first = last;
-  while (first > 0 && allocs[first - 1] == allocs[last] && last - first + 1 < job->steps_wanted) first--;
-  job->steps_used = last - first + 1;
-  if (job->need_repeat && job->steps_used < 2) {
-    free(at);
-    free(allocs);
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online: fewer than 2 recorded steps of one kind: "
-                   "no telling yet whether the run repeats");
-  }
-  /* steps of the kind the current plan serves keep at least its sizes */
-  bool use_floor = job->floor && allocs[last] == job->floor_count;
-  uint64_t allocs_last = allocs[last];
-  size_t begin = at[first], end = at[last + 1] + 1; /* the closing marker too */
-  free(at);
-  free(allocs);
-
   stalloc_trace_t* t;
   stalloc_status_t s = stalloc_trace_create(&t);
   if (s) return s;
   u64map mine;
   u64map_init(&mine);
-  s = st_trace_reserve(t, end - begin);
-  uint64_t pos = 0; /* alloc index within the step, for the floor */
-  uint64_t* first_sizes = malloc((allocs_last ? allocs_last : 1) * sizeof *first_sizes);
-  size_t step_no = 0;
+  uint64_t allocs = 0;
+  for (size_t i = job->ranges[0]; i < job->ranges[1]; i++) allocs += ev[i].kind == STALLOC_EVENT_ALLOC;
+  uint64_t* first_sizes = malloc((allocs ? allocs : 1) * sizeof *first_sizes);
   if (!first_sizes) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "online: no host memory");
-  for (size_t i = begin; !s && i < end; i++) {
-    stalloc_event_t e = ev[i];
-    if (e.kind == STALLOC_EVENT_STEP) {
-      if (i != begin) step_no++;
-      pos = 0;
-    } else if (e.kind == STALLOC_EVENT_ALLOC) {
-      if (pos < allocs_last) {
-        if (step_no == 0) first_sizes[pos] = e.size;
-        else if (first_sizes[pos] != e.size) job->varied = true;
-      }
-      if (use_floor && pos < job->floor_count && job->floor[pos] > e.size)
-        e.size = job->floor[pos];
-      pos++;
-      if (e.id && !u64map_put(&mine, e.id, 1)) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "online: no host memory");
-    } else if (e.kind == STALLOC_EVENT_FREE) {
-      if (!e.id || !u64map_get(&mine, e.id)) e.flags |= STALLOC_EVENT_FLAG_UNMATCHED;
-      else {
-        u64map_remove(&mine, e.id, NULL);
-        e.size = 0; /* the trace takes the alloc's size, which the floor may have raised */
-      }
-    } else {
-      continue; /* failed allocs are not requests */
+  if (!s) s = st_trace_reserve(t, job->count + 1);
+  bool use_floor = job->floor && allocs == job->floor_count;
+  size_t prev_end = job->ranges[0];
+  for (size_t c = 0; !s && c < job->chosen; c++) {
+    size_t begin = job->ranges[2 * c], end = job->ranges[2 * c + 1];
+    for (size_t i = prev_end; !s && i < begin; i++) { /* between chosen steps: only their frees */
+      stalloc_event_t e = ev[i];
+      if (e.kind != STALLOC_EVENT_FREE || !e.id || !u64map_get(&mine, e.id)) continue;
+      u64map_remove(&mine, e.id, NULL);
+      e.size = 0;
+      s = stalloc_trace_append(t, &e, 1);
     }
-    if (!s) s = stalloc_trace_append(t, &e, 1);
+    uint64_t pos = 0; /* alloc index within the step, for the floor */
+    for (size_t i = begin; !s && i < end; i++) {
+      stalloc_event_t e = ev[i];
+      if (e.kind == STALLOC_EVENT_ALLOC) {
+        if (pos < allocs) {
+          if (c == 0) first_sizes[pos] = e.size;
+          else if (first_sizes[pos] != e.size) job->varied = true;
+        }
+        if (use_floor && pos < job->floor_count && job->floor[pos] > e.size) e.size = job->floor[pos];
+        pos++;
+        if (e.id && !u64map_put(&mine, e.id, 1)) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "online: no host memory");
+      } else if (e.kind == STALLOC_EVENT_FREE) {
+        if (!e.id || !u64map_get(&mine, e.id)) e.flags |= STALLOC_EVENT_FLAG_UNMATCHED;
+        else {
+          u64map_remove(&mine, e.id, NULL);
+          e.size = 0; /* the trace takes the alloc's size, which the floor may have raised */
+        }
+      } else if (e.kind != STALLOC_EVENT_STEP) {
+        continue; /* failed allocs are not requests */
+      }
+      if (!s) s = stalloc_trace_append(t, &e, 1);
+    }
+    prev_end = end;
   }
+  if (!s) s = stalloc_trace_append(t, &ev[prev_end], 1); /* the closing marker */
   u64map_destroy(&mine);
   free(first_sizes);
   if (s) {
@@ -291,34 +426,44 @@ static void add_record(st_online* on, const stalloc_online_plan_record_t* r) {
   on->records[on->record_count++] = *r;
 }
 
-/* Hands the recording (a copy, when it rolls on) to a planning thread, or plans right here if
- * no thread can start. */
-static void start_planning(st_online* on) {
-  plan_job* job = calloc(1, sizeof *job);
-  if (!job) return;
-  job->steps_wanted = on->rec_wanted;
-  job->need_repeat = on->growable;
-  if (on->rolling) {
-    job->events = malloc((on->n ? on->n : 1) * sizeof *job->events);
-    if (!job->events) {
-      free(job);
-      return;
-    }
-    memcpy(job->events, on->ev, on->n * sizeof *on->ev);
-    job->count = on->n;
-  } else {
-    job->events = on->ev;
-    job->count = on->n;
-    on->ev = NULL;
-    on->n = on->cap = 0;
-    on->recording = false;
+/* Plans kind k from its last steps in the recording (a copy, from the first of them on) on a
+ * planning thread, or right here if no thread can start. False when it has too few steps. */
+static bool start_planning(st_online* on, int k) {
+  size_t wanted = steps_wanted(on, k);
+  size_t* idx = malloc(wanted * sizeof *idx);
+  if (!idx) return false;
+  size_t c = choose_steps(on, on->kinds[k].allocs, wanted, idx);
+  if (c < (on->growable ? 2u : 1u)) { /* no telling yet whether the run repeats */
+    free(idx);
+    return false;
   }
-  if (on->current && on->current->iteration_count) {
-    job->floor_count = on->current->iteration_count;
+  plan_job* job = calloc(1, sizeof *job);
+  size_t from = on->rs[idx[0]].at;
+  if (job) {
+    job->events = malloc((on->n - from) * sizeof *job->events);
+    job->ranges = malloc(2 * c * sizeof *job->ranges);
+  }
+  if (!job || !job->events || !job->ranges) {
+    free(idx);
+    free_job(job);
+    return false;
+  }
+  memcpy(job->events, on->ev + from, (on->n - from) * sizeof *on->ev);
+  job->count = on->n - from;
+  for (size_t i = 0; i < c; i++) {
+    job->ranges[2 * i] = on->rs[idx[i]].at - from;
+    job->ranges[2 * i + 1] = on->rs[idx[i] + 1].at - from;
+  }
+  job->chosen = c;
+  job->kind = k;
+  free(idx);
+  const stalloc_plan* cur = on->kinds[k].current;
+  if (cur && cur->iteration_count) {
+    job->floor_count = cur->iteration_count;
     job->floor = malloc(job->floor_count * sizeof *job->floor);
     if (job->floor)
       for (size_t i = 0; i < job->floor_count; i++)
-        job->floor[i] = on->current->iteration[i].cls == PLAN_CLASS_PERIODIC ? on->current->iteration[i].size : 0;
+        job->floor[i] = cur->iteration[i].cls == PLAN_CLASS_PERIODIC ? cur->iteration[i].size : 0;
     else
       job->floor_count = 0;
   }
@@ -326,12 +471,15 @@ static void start_planning(st_online* on) {
   job->params.time_limit = on->p.time_limit;
   job->params.alignment = on->alignment;
   job->params.tolerate_sizes = 1;
-  stalloc_online_plan_record_t r = {.started_step = on->steps, .switched_step = UINT64_MAX};
+  stalloc_online_plan_record_t r = {.started_step = on->steps, .switched_step = UINT64_MAX,
+                                    .recorded_steps = c};
   on->job = job;
   on->job_record = on->record_count;
+  on->first_tried = true;
   add_record(on, &r);
   if (pthread_create(&on->thread, NULL, plan_thread, job) == 0) on->thread_live = true;
   else plan_thread(job);
+  return true;
 }
 
 /* The finished job's plan, ready to offer; NULL if it failed (the run goes on as it is). */
@@ -342,7 +490,6 @@ static stalloc_plan* take_result(st_online* on, double now) {
   stalloc_plan* plan = job->plan;
   job->plan = NULL;
   if (r) {
-    r->recorded_steps = job->steps_used;
     r->plan_seconds = job->seconds;
     r->delay_seconds = now - job->finished_at;
     r->status = job->status;
@@ -360,37 +507,78 @@ static stalloc_plan* take_result(st_online* on, double now) {
 /* Gives up on plans: the growable pool serves the run from now on. */
 static void to_pool(st_online* on) {
   on->state = STALLOC_ONLINE_POOL;
-  if (on->current) stalloc_plan_destroy(on->current);
-  on->current = NULL;
-  on->rolling = false;
+  for (int k = 0; k < ST_ONLINE_KINDS; k++) {
+    if (on->kinds[k].current) stalloc_plan_destroy(on->kinds[k].current);
+    on->kinds[k].current = NULL;
+  }
+  on->served = -1;
   stop_recording(on);
 }
 
+static bool any_plan(const st_online* on) {
+  for (int k = 0; k < ST_ONLINE_KINDS; k++)
+    if (on->kinds[k].current) return true;
+  return false;
+}
+
+/* The kind to plan now, or -1: the step that just ended, if its kind has no plan (or drifts,
+ * without a growable pool) and enough steps of it are recorded. */
+static int kind_to_plan(st_online* on, int done, bool drifted) {
+  if (done < 0 || on->job || on->offered || !on->recording) return -1;
+  size_t complete = on->rs_count ? on->rs_count - 1 : 0;
+  if (!on->first_tried && complete < on->p.record_steps) return -1;
+  step_kind* sk = &on->kinds[done];
+  if (sk->current && !drifted) return -1;
+  if (sk->seen < sk->retry_at) return -1;
+  return done;
+}
+
 const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* marker,
-                                          uint64_t missed, uint64_t served, bool* drop) {
+                                          uint64_t step_allocs, uint64_t missed, uint64_t served,
+                                          bool* drop, int* kind) {
   *drop = false;
+  *kind = -1;
+  bool closes = on->steps > 0; /* the first boundary opens the first step */
   on->steps++;
   on->marker = *marker;
-  if (on->recording) {
-    st_online_event(on, marker);
-    on->rec_markers++;
-    /* the markers close rec_markers - 1 complete steps */
-    if (!on->rolling && on->rec_markers >= on->rec_wanted + 1) start_planning(on);
+  if (on->state == STALLOC_ONLINE_POOL) {
+    /* a plan still being made when the pool took over: its record is completed, its plan dropped */
+    if (on->job && atomic_load_explicit(&on->job->done, memory_order_acquire))
+      stalloc_plan_destroy(take_result(on, st_now()));
+    return NULL;
   }
-  if (on->state == STALLOC_ONLINE_SERVING && !on->job) {
-    uint64_t traffic = missed + served;
-    bool drift = traffic && (double)missed > on->p.replan_miss_share * (double)traffic;
-    on->drifting = drift ? on->drifting + 1 : 0;
-    if (on->drifting >= on->p.replan_after && on->growable) {
-      *drop = true; /* shapes changed: the growable pool serves them better than a re-plan */
-      to_pool(on);
-      return NULL;
-    } else if (on->drifting >= on->p.replan_after && on->recording && on->rec_markers >= 2) {
-      on->drifting = 0;
-      start_planning(on);
+  int done = -1;
+  if (closes) {
+    done = note_kind(on, step_allocs);
+    push_history(on, done);
+    if (done >= 0) {
+      on->kinds[done].seen++;
+      on->kinds[done].last_seen = on->steps;
     }
   }
-  if (on->rolling && on->recording) keep_last_steps(on);
+  if (on->recording) record_marker(on, marker);
+
+  /* Drift: only a step of the kind whose plan served it says how well that plan fits. */
+  bool drifted = false;
+  if (on->served >= 0 && done == on->served) {
+    step_kind* sk = &on->kinds[done];
+    uint64_t traffic = missed + served;
+    bool drift = traffic && (double)missed > on->p.replan_miss_share * (double)traffic;
+    sk->drifting = drift ? sk->drifting + 1 : 0;
+    if (sk->drifting >= on->p.replan_after) {
+      if (on->growable) {
+        *drop = true; /* shapes changed: the growable pool serves them better than a re-plan */
+        to_pool(on);
+        return NULL;
+      }
+      sk->drifting = 0;
+      drifted = true;
+    }
+  }
+  int k = kind_to_plan(on, done, drifted);
+  if (k >= 0 && !start_planning(on, k)) on->kinds[k].retry_at = on->kinds[k].seen + 1;
+  if (on->recording) trim_recording(on);
+
   if (!on->job || on->offered) return NULL;
   bool started_now = on->records && on->job_record < on->record_count &&
                      on->records[on->job_record].started_step == on->steps;
@@ -401,6 +589,7 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
     join_job(on);
   }
   bool varied = on->job->varied;
+  int jk = on->job->kind;
   stalloc_plan* plan = take_result(on, now);
   if (plan && varied && on->growable) { /* the recorded steps changed shape */
     on->records[on->job_record].declined = 1;
@@ -408,41 +597,58 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
     to_pool(on);
     return NULL;
   }
-  if (!plan) {
-    if (on->state != STALLOC_ONLINE_SERVING) on->state = STALLOC_ONLINE_RECORDING; /* try again */
-    if (!on->current) start_recording(on, marker, on->p.record_steps);
+  if (!plan) { /* tried again after record_steps more steps of that kind */
+    on->kinds[jk].retry_at = on->kinds[jk].seen + on->p.record_steps;
     return NULL;
   }
   on->offered = plan;
+  on->offered_kind = jk;
+  *kind = jk;
   return plan;
 }
 
 void st_online_switched(st_online* on, stalloc_status_t status, bool declined, uint64_t pool_size) {
   stalloc_online_plan_record_t* r = on->job_record < on->record_count ? &on->records[on->job_record] : NULL;
+  int k = on->offered_kind;
   if (status || declined) {
     if (r) {
       r->status = status;
       r->declined = declined;
     }
     stalloc_plan_destroy(on->offered);
-    /* Declined: the growable pool serves the run (the allocator dropped any plan it served);
-     * no plan is tried again. */
-    if (declined) to_pool(on);
+    /* Declined with a growable pool: it serves the run (the allocator dropped any plan it
+     * served); no plan is tried again. Without one: that kind is served by the other plans. */
+    if (declined && on->growable) to_pool(on);
+    else if (k >= 0) on->kinds[k].retry_at = declined ? UINT64_MAX : on->kinds[k].seen + on->p.record_steps;
   } else {
     if (r) {
       r->switched_step = on->steps;
       r->pool_size = pool_size;
     }
-    if (on->current) stalloc_plan_destroy(on->current);
-    on->current = on->offered;
+    if (on->kinds[k].current) stalloc_plan_destroy(on->kinds[k].current);
+    on->kinds[k].current = on->offered;
+    on->kinds[k].drifting = 0;
     on->switched++;
     on->state = STALLOC_ONLINE_SERVING;
-    if (!on->rolling || !on->recording) {
-      on->rolling = true;
-      start_recording(on, &on->marker, on->p.replan_steps);
-    }
   }
   on->offered = NULL;
+  on->offered_kind = -1;
+}
+
+int st_online_next_kind(st_online* on) {
+  on->served = -1;
+  if (!any_plan(on)) return -1;
+  int k = predict(on);
+  if (k < 0 || !on->kinds[k].current) { /* no plan for what comes next: the last one served */
+    for (size_t i = on->history_count; i-- > 0 && k < 0;)
+      if (on->history[i] >= 0 && on->kinds[on->history[i]].current) k = on->history[i];
+    if (k >= 0 && !on->kinds[k].current) k = -1;
+  }
+  if (k < 0) /* never served yet: any kind with a plan */
+    for (int j = 0; j < ST_ONLINE_KINDS && k < 0; j++)
+      if (on->kinds[j].current) k = j;
+  on->served = k;
+  return k;
 }
 
 stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info) {
@@ -453,6 +659,7 @@ stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info
   v.steps = on->steps;
   v.plan_records = on->record_count;
   v.recording = on->recording;
+  for (int k = 0; k < ST_ONLINE_KINDS; k++) v.step_kinds += on->kinds[k].current != NULL;
   st_struct_write(info, &v, sizeof v);
   return STALLOC_OK;
 }

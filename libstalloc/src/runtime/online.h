@@ -8,6 +8,10 @@
 
 typedef struct st_online st_online;
 
+/* Kinds of step (train, evaluation, ...) that each get a plan; the allocator keeps one
+ * runtime per kind. */
+#define ST_ONLINE_KINDS 4
+
 /* growable: the allocator has a growable pool, which serves runs whose shapes change at least
  * as well as a plan would: plans then come only from steps that repeated exactly, and a plan
  * that stops fitting is dropped rather than re-planned. */
@@ -25,15 +29,22 @@ uint32_t st_online_recording_number(const st_online* on);
  * the allocator goes on without a new plan. */
 void st_online_event(st_online* on, const stalloc_event_t* event);
 
-/* A step boundary (`marker`: its STEP event, which a recording keeps). `missed` and `served` are
- * the bytes that missed and hit the plan in the step that just ended (0, 0 before any plan).
- * Returns a plan to switch to now, or NULL; the caller loads it and reports back with
- * st_online_switched. *drop: the plan served no longer fits and the growable pool takes over. */
+/* A step boundary (`marker`: its STEP event, which a recording keeps). `step_allocs` is the
+ * number of allocs in the step that just ended (its kind), `missed` and `served` the bytes that
+ * missed and hit the plan in it (0, 0 without a plan). Returns a plan to switch to now for kind
+ * *kind (an index below ST_ONLINE_KINDS), or NULL; the caller loads it and reports back with
+ * st_online_switched. *drop: the plans no longer fit and the growable pool takes over (the
+ * caller drops every kind's plan). */
 const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* marker,
-                                          uint64_t missed, uint64_t served, bool* drop);
+                                          uint64_t step_allocs, uint64_t missed, uint64_t served,
+                                          bool* drop, int* kind);
 /* The plan st_online_step returned was loaded (status OK) or refused; declined: not loaded
  * because it would not lower the memory reserved. */
 void st_online_switched(st_online* on, stalloc_status_t status, bool declined, uint64_t pool_size);
+
+/* After each boundary: the kind whose plan serves the next step (predicted from the kinds seen
+ * so far), or -1 for none. */
+int st_online_next_kind(st_online* on);
 
 stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info);
 stalloc_status_t st_online_plans(const st_online* on, stalloc_online_plan_record_t* records,

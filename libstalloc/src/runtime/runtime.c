@@ -759,3 +759,8 @@ void st_runtime_retire(st_runtime* rt) {
   count_granules(rt);
   rt->retired = true;
 }
+
+void st_runtime_pause(st_runtime* rt) {
+  count_granules(rt);
+  rt->arena_misses = 0;
+}

@@ -49,6 +49,10 @@ void st_runtime_missed_into_arena(st_runtime* rt);
 /* The plan is no longer served (dropped or replaced) but blocks of its pool live on: from now
  * on each one keeps only the granules it touches, so they go back as the blocks are freed. */
 void st_runtime_retire(st_runtime* rt);
+/* Another plan serves for now (a step of another kind): each block keeps only the granules it
+ * touches, so the idle ones serve the other plan, until a step of its own passes with no miss
+ * into the growable pool. */
+void st_runtime_pause(st_runtime* rt);
 /* A step marker: with a plan made from step markers, the next alloc starts an iteration; a
  * pool in the arena whose step had no miss into the growable pool holds its granules again. */
 void st_runtime_step(st_runtime* rt);

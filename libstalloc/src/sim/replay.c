@@ -153,11 +153,7 @@ static void step_note(step_log* sl, stalloc_allocator_t* a) {
   stalloc_replay_step_t* s = &sl->steps[k];
   s->peak_allocated = ST_MAX(s->peak_allocated, a->stats.allocated_bytes);
   s->peak_reserved = ST_MAX(s->peak_reserved, a->budget.reserved);
-  st_runtime_counters c = a->past;
-  if (a->runtime) {
-    c.hit_bytes += st_runtime_counters_of(a->runtime)->hit_bytes;
-    c.miss_bytes += st_runtime_counters_of(a->runtime)->miss_bytes;
-  }
+  st_runtime_counters c = st_allocator_plan_counters(a);
   s->hit_bytes = c.hit_bytes - sl->hit0;
   s->miss_bytes = c.miss_bytes - sl->miss0;
 }
@@ -170,11 +166,7 @@ static void step_open(step_log* sl, stalloc_allocator_t* a) {
     sl->hit0 += sl->steps[k].hit_bytes;
     sl->miss0 += sl->steps[k].miss_bytes;
   } else {
-    st_runtime_counters c = a->past;
-    if (a->runtime) {
-      c.hit_bytes += st_runtime_counters_of(a->runtime)->hit_bytes;
-      c.miss_bytes += st_runtime_counters_of(a->runtime)->miss_bytes;
-    }
+    st_runtime_counters c = st_allocator_plan_counters(a);
     sl->hit0 = c.hit_bytes;
     sl->miss0 = c.miss_bytes;
   }
