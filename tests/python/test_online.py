@@ -219,6 +219,10 @@ def test_a_plan_met_by_a_ramp_does_not_stack_on_the_pool():
     assert any(p["switched_step"] != NEVER for p in r["plans"])
     alone = replay(t)  # no plan at all: the growable pool alone
     assert r["peak_reserved"] <= alone["peak_reserved"] + 0.01 * t.lower_bound
+    # A step that outgrows its plan (requests larger than their slots, from the first ones on)
+    # is served by the growable pool from there on, not half by the plan's stale layout.
+    outgrown = [s for s in r["steps"] if s["miss_bytes"] > s["hit_bytes"]]
+    assert outgrown and all(s["hit_bytes"] <= 0.02 * s["miss_bytes"] for s in outgrown)
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)

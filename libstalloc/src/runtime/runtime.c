@@ -31,6 +31,14 @@
 #define WINDOW 64      /* positions searched each way around the cursor */
 #define LOST_EXTRA 256 /* how much further forward the search reaches after many misses */
 #define DOOMED_MAX 16
+/* A plan that holds the largest size seen per position (online plans) has been outgrown by a
+ * step (a batch ramp, a longer sequence) once OUTGROWN requests came larger than the slots they
+ * were taken for, and more than a OUTGROWN_SHARE-th as many as the step's hits so far: the
+ * growable pool then serves the rest of the step, since the plan's layout no longer holds there.
+ * A step that merely resyncs (a request added or dropped) has hits to show for it; an exact
+ * plan's larger requests are requests resized, which resyncing handles. */
+#define OUTGROWN 2
+#define OUTGROWN_SHARE 4
 #define LOST_IN_POOL 8 /* misses in a row after which the plan's slots are not being claimed
                           (a step of another kind): misses then go into the pool's free space */
 
@@ -68,6 +76,7 @@ struct st_runtime {
   uint8_t* held;     /* per granule of the region: held */
   uint8_t* ready;    /* per entry: its range's granules are held */
   bool counted, retired;
+  bool outgrown;     /* this step left the plan (see OUTGROWN) */
   uint64_t arena_misses; /* since the last step marker */
 
   st_plan_entry* entries; /* prologue then one iteration */
@@ -82,6 +91,8 @@ struct st_runtime {
   uint64_t cursor;    /* virtual position of the next alloc */
   uint64_t cur_idx;   /* its entry index, or P + I when there is none */
   uint64_t lost;      /* misses since the last match */
+  uint64_t step_hits, step_grown; /* this step: hits, and requests taken for a planned one but
+                                     larger than it */
   uint64_t hist[HISTORY]; /* hist[0] = the previous request's size */
 
   st_range_node* root;
@@ -635,9 +646,18 @@ void st_runtime_destroy(st_runtime* rt) {
 stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream, st_rt_outcome* outcome,
                                   void** ptr, st_range_node** node) {
   if (rt->pending_head) poll_pending(rt);
+  if (rt->outgrown) { /* the step outgrew the plan: the growable pool serves its rest */
+    if (size > ST_TINY_MAX) {
+      rt->c.misses++;
+      rt->c.miss_bytes += size;
+    }
+    *outcome = size <= ST_TINY_MAX ? RT_TINY : RT_FALLBACK;
+    return STALLOC_OK;
+  }
   uint64_t expected = rt->cursor; /* where a miss would have been: picks its reuse window */
   const st_plan_entry* e = match(rt, size);
   uint64_t end = st_align_up(size, rt->alignment);
+
   if (e && e->offset != PLAN_NO_OFFSET && e->cls != PLAN_CLASS_DYNAMIC && end &&
       e->offset + end <= rt->pool_size) {
     /* A resized request (match() took it for this entry) keeps the planned offset when it is
@@ -658,6 +678,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
       }
       rt->c.hits++;
       rt->c.hit_bytes += size;
+      rt->step_hits++;
       *outcome = RT_HIT;
       *ptr = rt->base + e->offset;
       *node = n;
@@ -667,6 +688,8 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
      * position that repeated its size in the recorded iterations): inside a reuse window it
      * is tried there, like a dynamic request, before the fallback pool. */
     rt->c.misses++;
+    if (size > e->size && ++rt->step_grown >= OUTGROWN && rt->step_grown * OUTGROWN_SHARE > rt->step_hits)
+      rt->outgrown = rt->arena && rt->shaped;
   } else if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) {
     rt->c.misses++;
   } else if (!e && size > ST_TINY_MAX) {
@@ -720,6 +743,8 @@ void st_runtime_free(st_runtime* rt, st_range_node* n, uint64_t stream) {
 }
 
 void st_runtime_step(st_runtime* rt) {
+  rt->step_hits = rt->step_grown = 0;
+  rt->outgrown = false;
   if (rt->counted && !rt->arena_misses) hold_granules(rt); /* a step that followed the plan */
   rt->arena_misses = 0;
   if (!rt->use_steps || !rt->I || rt->cursor < rt->P) return;
