@@ -61,6 +61,7 @@ typedef struct placer {
   st_place_result* res;
   int heuristics;     /* the search cycles through the first this many preorderings */
   atomic_int* stop;   /* set when one thread of the portfolio has proven its peak optimal */
+  int turn;           /* with two threads: the partitions (part.turn) this one searches first */
 } placer;
 
 static int cmp_u64(const void* a, const void* b) {
@@ -310,6 +311,7 @@ typedef struct part {
   uint32_t attempt;
   uint32_t step_shift; /* improving attempts aim (gap >> step_shift) below the best */
   bool exhausted;     /* the search cannot help any more */
+  int turn;           /* which thread of the portfolio searches it first (-1: either) */
   uint32_t *slo_keep, *shi_keep; /* the search's input arrays, freed with it */
   uint64_t* size_keep;
 } part;
@@ -409,7 +411,10 @@ typedef struct peel_arrays {
  * try is probed first (its split, without placing): one that cannot beat the peak, or splits
  * as an earlier one did, is dropped; the rest go lowest bound first, and on a tie the one
  * whose largest group is smallest (the groups' searches are what take time). The first gets
- * most of the time, the others equal shares of what is left. */
+ * most of the time, the others equal shares of what is left. `phase` (0..1] is the part of the
+ * time to `until` the tries may take; a first try whose split can reach the partition's bound
+ * (its groups on their floors are no higher) takes nine tenths of all of it instead: it is the
+ * one most likely to find the optimum, and its groups' searches need the time. */
 typedef struct peel_rank {
   uint32_t min_len;
   uint64_t cut_bytes;
@@ -420,7 +425,8 @@ static bool rank_before(const peel_rank* x, const peel_rank* y) {
   return x->probe.bound < y->probe.bound || (x->probe.bound == y->probe.bound && x->probe.largest < y->probe.largest);
 }
 
-static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int to, double until) {
+static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int to, double until,
+                       double phase) {
   size_t m = q->e - q->b;
   uint32_t span = q->thi - q->tlo;
   peel_rank r[PEEL_TRIES];
@@ -442,10 +448,12 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
     for (; k > 0 && rank_before(&t, &r[k - 1]); k--) r[k] = r[k - 1];
     r[k] = t;
   }
+  bool promising = n && r[0].probe.bound <= q->lb;
+  double end = promising ? until : st_now() + (until - st_now()) * phase;
   for (int k = 0; k < n && q->peak > q->lb; k++) {
-    double left = until - st_now();
+    double left = end - st_now();
     if (left <= 0 || st_cancel_requested(p->cancel)) return;
-    double share = k == 0 && n > 1 ? left * 0.6 : left / (double)(n - k);
+    double share = k == 0 && n > 1 ? left * (promising ? 0.9 : 0.6) : left / (double)(n - k);
     uint64_t pk = 0;
     bool found = st_place_peel(pa->lo, pa->hi, pa->size, m, r[k].min_len, r[k].cut_bytes, q->peak,
                                p->align, share, p->cancel, pa->off, &pk);
@@ -493,7 +501,7 @@ static stalloc_status_t improve_big(placer* p, part* q, double until) {
   if (peelable(q)) {
     peel_arrays pa = {0};
     bool ok = peel_setup(p, q, &pa);
-    if (ok) peel_tries(p, q, &pa, 0, PEEL_FIRST, st_now() + (until - st_now()) / 2);
+    if (ok) peel_tries(p, q, &pa, 0, PEEL_FIRST, until, 0.5);
     peel_free(&pa);
     if (!ok) goto nomem;
   }
@@ -527,7 +535,7 @@ static stalloc_status_t peel_more(placer* p, part* parts, size_t np) {
   if (!worst || !peelable(worst) || st_now() >= p->deadline) return STALLOC_OK;
   peel_arrays pa = {0};
   bool ok = peel_setup(p, worst, &pa);
-  if (ok) peel_tries(p, worst, &pa, PEEL_FIRST, PEEL_TRIES, p->deadline);
+  if (ok) peel_tries(p, worst, &pa, PEEL_FIRST, PEEL_TRIES, p->deadline, 1.0);
   peel_free(&pa);
   return ok ? STALLOC_OK
             : st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items",
@@ -631,6 +639,10 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
   return STALLOC_OK;
 }
 
+static bool searchable(const part* q) {
+  return !q->has_fixed && q->e - q->b <= SEARCH_MAX && !q->exhausted;
+}
+
 static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal, bool* optimal) {
   *optimal = false;
   for (;;) {
@@ -645,10 +657,18 @@ static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal
       if (p->stop) atomic_store(p->stop, 1); /* the other thread cannot do better */
       return STALLOC_OK;
     }
-    if (worst->has_fixed || worst->e - worst->b > SEARCH_MAX || worst->exhausted)
-      return STALLOC_OK;
+    if (!searchable(worst)) return STALLOC_OK;
+    /* Several partitions above the goal (the steps of a whole run): each thread takes its own
+     * first, so the two search different ones; then it helps with the other's. */
+    part* q = worst;
+    for (size_t k = 0; k < np && p->turn >= 0; k++) {
+      part* c = &parts[k];
+      if (c->turn == p->turn && c->peak > ST_MAX(goal, c->proven) && searchable(c) &&
+          (q == worst || c->peak > q->peak))
+        q = c;
+    }
     bool stop = false;
-    stalloc_status_t st = search_step(p, worst, goal, &stop);
+    stalloc_status_t st = search_step(p, q, goal, &stop);
     if (st || stop) return st;
   }
 }
@@ -678,14 +698,29 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
   part* worst = NULL;
   for (size_t k = 0; k < np; k++)
     if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
-  bool searchable = worst && !worst->has_fixed && worst->e - worst->b <= SEARCH_MAX &&
+  bool can_search = worst && !worst->has_fixed && worst->e - worst->b <= SEARCH_MAX &&
                     worst->peak > goal;
-  portfolio_arg* w = searchable ? calloc(1, sizeof *w) : NULL;
+  portfolio_arg* w = can_search ? calloc(1, sizeof *w) : NULL;
   atomic_int stop = 0;
   if (w) {
+    /* turns by rank of peak among the partitions the search can lower: 0, 1, 0, 1, ... */
+    for (size_t k = 0; k < np; k++) parts[k].turn = -1;
+    for (int rank = 0;; rank++) {
+      part* next = NULL;
+      for (size_t k = 0; k < np; k++) {
+        part* c = &parts[k];
+        if (c->turn < 0 && c->peak > goal && !c->has_fixed && c->e - c->b <= SEARCH_MAX &&
+            (!next || c->peak > next->peak))
+          next = c;
+      }
+      if (!next) break;
+      next->turn = rank % 2;
+    }
     p->stop = &stop;
+    p->turn = 0;
     w->p = *p;
     w->p.heuristics = 3;
+    w->p.turn = 1;
     w->p.res = &w->res;
     w->p.off = malloc((p->n ? p->n : 1) * sizeof(uint64_t));
     w->parts = malloc((np ? np : 1) * sizeof(part));
@@ -718,6 +753,7 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
     for (size_t k = 0; k < np; k++) part_free(&w->parts[k]);
   }
   p->stop = NULL;
+  p->turn = -1;
   if (w) {
     free(w->p.off);
     free(w->parts);
@@ -761,6 +797,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   placer* p = &P;
   p->align = align;
   p->heuristics = ST_SEARCH_HEURISTICS;
+  p->turn = -1;
   p->cancel = params ? params->cancel : NULL;
   p->res = res;
   stalloc_status_t st = STALLOC_OK;
