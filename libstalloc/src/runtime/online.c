@@ -238,13 +238,9 @@ static int note_kind(st_online* on, uint64_t allocs) {
   if (k >= 0) return k;
   for (int j = 0; j < ST_ONLINE_KINDS && k < 0; j++)
     if (!on->kinds[j].used) k = j;
-  for (int j = 0; j < ST_ONLINE_KINDS && k < 0; j++) {
-    if (kind_busy(on, j)) continue;
-    int oldest = -1;
-    for (int i = 0; i < ST_ONLINE_KINDS; i++)
-      if (!kind_busy(on, i) && (oldest < 0 || on->kinds[i].last_seen < on->kinds[oldest].last_seen)) oldest = i;
-    k = oldest;
-  }
+  if (k < 0)
+    for (int j = 0; j < ST_ONLINE_KINDS; j++)
+      if (!kind_busy(on, j) && (k < 0 || on->kinds[j].last_seen < on->kinds[k].last_seen)) k = j;
   if (k < 0) return -1;
   for (size_t i = 0; i < on->history_count; i++)
     if (on->history[i] == k) on->history[i] = -1;
@@ -639,11 +635,9 @@ int st_online_next_kind(st_online* on) {
   on->served = -1;
   if (!any_plan(on)) return -1;
   int k = predict(on);
-  if (k < 0 || !on->kinds[k].current) { /* no plan for what comes next: the last one served */
-    for (size_t i = on->history_count; i-- > 0 && k < 0;)
-      if (on->history[i] >= 0 && on->kinds[on->history[i]].current) k = on->history[i];
-    if (k >= 0 && !on->kinds[k].current) k = -1;
-  }
+  if (k >= 0 && !on->kinds[k].current) k = -1;
+  for (size_t i = on->history_count; i-- > 0 && k < 0;) /* no plan for it: the latest with one */
+    if (on->history[i] >= 0 && on->kinds[on->history[i]].current) k = on->history[i];
   if (k < 0) /* never served yet: any kind with a plan */
     for (int j = 0; j < ST_ONLINE_KINDS && k < 0; j++)
       if (on->kinds[j].current) k = j;

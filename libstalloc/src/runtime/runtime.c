@@ -689,7 +689,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
      * is tried there, like a dynamic request, before the fallback pool. */
     rt->c.misses++;
     if (size > e->size && ++rt->step_grown >= OUTGROWN && rt->step_grown * OUTGROWN_SHARE > rt->step_hits)
-      rt->outgrown = rt->arena && rt->shaped;
+      rt->outgrown = rt->arena && rt->shaped && rt->use_steps; /* the next marker resets it */
   } else if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) {
     rt->c.misses++;
   } else if (!e && size > ST_TINY_MAX) {
