@@ -49,7 +49,6 @@ struct stalloc_allocator {
   st_fallback* fallback;
   st_arena* arena;          /* non-NULL: serves what the fallback pool would (growable backends) */
   st_runtime* runtime;      /* the plan serving now (one of kinds[]), NULL: none */
-  st_runtime* kinds[ST_ONLINE_KINDS]; /* one plan per kind of step (a loaded plan: kinds[0]) */
   st_slab* slab;            /* tiny requests in plan mode */
   uint64_t allocs_seen;     /* every alloc call since creation: the run's position */
 
@@ -72,6 +71,7 @@ struct stalloc_allocator {
   st_runtime_counters past;         /* counters of the plans replaced so far */
   uint64_t step_hit_bytes, step_miss_bytes; /* hit and missed bytes at the last marker */
   uint64_t step_allocs_at;          /* allocs_seen at the last marker */
+  st_runtime* kinds[ST_ONLINE_KINDS]; /* one plan per kind of step (a loaded plan: kinds[0]) */
 };
 
 /* The counters of every plan served so far, every kind's and the replaced ones'. Lock held. */

@@ -76,7 +76,6 @@ struct st_runtime {
   uint8_t* held;     /* per granule of the region: held */
   uint8_t* ready;    /* per entry: its range's granules are held */
   bool counted, retired;
-  bool outgrown;     /* this step left the plan (see OUTGROWN) */
   uint64_t arena_misses; /* since the last step marker */
 
   st_plan_entry* entries; /* prologue then one iteration */
@@ -91,8 +90,6 @@ struct st_runtime {
   uint64_t cursor;    /* virtual position of the next alloc */
   uint64_t cur_idx;   /* its entry index, or P + I when there is none */
   uint64_t lost;      /* misses since the last match */
-  uint64_t step_hits, step_grown; /* this step: hits, and requests taken for a planned one but
-                                     larger than it */
   uint64_t hist[HISTORY]; /* hist[0] = the previous request's size */
 
   st_range_node* root;
@@ -103,6 +100,9 @@ struct st_runtime {
   uint32_t rng;
   uint64_t nodes; /* live and pending blocks in the pool */
   st_runtime_counters c;
+  uint64_t step_hits;  /* hits before this step */
+  uint64_t step_grown; /* requests this step taken for a planned one but larger than it */
+  bool outgrown;       /* this step left the plan (see OUTGROWN) */
 };
 
 /* ---- interval treap keyed by (start, node address) ---- */
@@ -646,7 +646,7 @@ void st_runtime_destroy(st_runtime* rt) {
 stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream, st_rt_outcome* outcome,
                                   void** ptr, st_range_node** node) {
   if (rt->pending_head) poll_pending(rt);
-  if (rt->outgrown) { /* the step outgrew the plan: the growable pool serves its rest */
+  if (__builtin_expect(rt->outgrown, 0)) { /* the step outgrew the plan: the pool serves its rest */
     if (size > ST_TINY_MAX) {
       rt->c.misses++;
       rt->c.miss_bytes += size;
@@ -678,7 +678,6 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
       }
       rt->c.hits++;
       rt->c.hit_bytes += size;
-      rt->step_hits++;
       *outcome = RT_HIT;
       *ptr = rt->base + e->offset;
       *node = n;
@@ -688,7 +687,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
      * position that repeated its size in the recorded iterations): inside a reuse window it
      * is tried there, like a dynamic request, before the fallback pool. */
     rt->c.misses++;
-    if (size > e->size && ++rt->step_grown >= OUTGROWN && rt->step_grown * OUTGROWN_SHARE > rt->step_hits)
+    if (size > e->size && ++rt->step_grown >= OUTGROWN && rt->step_grown * OUTGROWN_SHARE > rt->c.hits - rt->step_hits)
       rt->outgrown = rt->arena && rt->shaped && rt->use_steps; /* the next marker resets it */
   } else if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) {
     rt->c.misses++;
@@ -743,7 +742,8 @@ void st_runtime_free(st_runtime* rt, st_range_node* n, uint64_t stream) {
 }
 
 void st_runtime_step(st_runtime* rt) {
-  rt->step_hits = rt->step_grown = 0;
+  rt->step_hits = rt->c.hits;
+  rt->step_grown = 0;
   rt->outgrown = false;
   if (rt->counted && !rt->arena_misses) hold_granules(rt); /* a step that followed the plan */
   rt->arena_misses = 0;
@@ -765,7 +765,10 @@ bool st_runtime_idle(st_runtime* rt) {
 
 const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt) { return &rt->c; }
 
-void st_runtime_reset_counters(st_runtime* rt) { memset(&rt->c, 0, sizeof rt->c); }
+void st_runtime_reset_counters(st_runtime* rt) {
+  memset(&rt->c, 0, sizeof rt->c);
+  rt->step_hits = 0;
+}
 
 void st_runtime_pool_allocation(const st_runtime* rt, void** base, uint64_t* size) {
   bool whole = !rt->pool_mapped && !rt->region;
