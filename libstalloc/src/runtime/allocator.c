@@ -160,12 +160,31 @@ static void online_event(stalloc_allocator_t* a, uint8_t kind, uint64_t id, uint
   st_online_event(a->online, &e);
 }
 
+/* The step's first requests, while several kinds have plans: when the plan serving it does not
+ * begin with these sizes and another kind's does, the step is of that kind (the guess from the
+ * kinds before was wrong), and that plan takes it over from here. Lock held. */
+static void recognise_kind(stalloc_allocator_t* a, uint64_t size) {
+  a->probe[a->probe_count++] = size;
+  if (a->probe_count == KIND_PROBE) a->probing = false;
+  if (st_runtime_step_begins(a->runtime, a->probe, a->probe_count)) return;
+  for (int k = 0; k < ST_ONLINE_KINDS; k++) {
+    st_runtime* rt = a->kinds[k];
+    if (!rt || rt == a->runtime || !st_runtime_step_begins(rt, a->probe, a->probe_count)) continue;
+    st_runtime_pause(a->runtime);
+    a->runtime = rt;
+    st_runtime_join_step(rt, a->probe_count - 1);
+    st_online_serving(a->online, k);
+    return;
+  }
+}
+
 /* Picks the pool: in plan mode the runtime decides (planned offset, reusable space, slab or
  * fallback); otherwise the fallback pool serves everything. Lock held. */
 static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, uint64_t stream, void** p,
                                        void** handle, uint8_t* origin) {
   a->allocs_seen++;
   if (a->runtime) {
+    if (__builtin_expect(a->probing, 0)) recognise_kind(a, size);
     st_rt_outcome outcome;
     st_range_node* node = NULL;
     stalloc_status_t s = st_runtime_alloc(a->runtime, size, stream, &outcome, p, &node);
@@ -619,6 +638,10 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
     st_clear_error();
   }
   serve_kind(a, st_online_next_kind(a->online));
+  int planned = 0;
+  for (int j = 0; j < ST_ONLINE_KINDS; j++) planned += a->kinds[j] != NULL;
+  a->probing = a->runtime && planned >= 2;
+  a->probe_count = 0;
 }
 
 stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t step) {

@@ -37,6 +37,7 @@ typedef struct live_block {
   struct live_block* next_spare;
 } live_block;
 
+#define KIND_PROBE 16   /* first requests of a step that may still tell its kind apart */
 #define FREED_RING 4096 /* recent frees remembered to tell a double free from a stray pointer */
 
 struct stalloc_allocator {
@@ -72,6 +73,9 @@ struct stalloc_allocator {
   uint64_t step_hit_bytes, step_miss_bytes; /* hit and missed bytes at the last marker */
   uint64_t step_allocs_at;          /* allocs_seen at the last marker */
   st_runtime* kinds[ST_ONLINE_KINDS]; /* one plan per kind of step (a loaded plan: kinds[0]) */
+  uint64_t probe[KIND_PROBE];       /* the first request sizes of the step under way, while */
+  uint32_t probe_count;             /* several kinds have plans and it is not yet told apart */
+  bool probing;
 };
 
 /* The counters of every plan served so far, every kind's and the replaced ones'. Lock held. */

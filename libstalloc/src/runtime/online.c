@@ -645,6 +645,10 @@ int st_online_next_kind(st_online* on) {
   return k;
 }
 
+void st_online_serving(st_online* on, int k) {
+  if (k >= 0 && k < ST_ONLINE_KINDS && on->kinds[k].current) on->served = k;
+}
+
 stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info) {
   stalloc_online_info_t v;
   stalloc_online_info_init(&v);

@@ -46,6 +46,10 @@ void st_online_switched(st_online* on, stalloc_status_t status, bool declined, u
  * so far), or -1 for none. */
 int st_online_next_kind(st_online* on);
 
+/* The step under way turned out to be of kind k (its first requests are that kind's plan's):
+ * that plan serves it, and only it says how well that plan fits. */
+void st_online_serving(st_online* on, int k);
+
 stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info);
 stalloc_status_t st_online_plans(const st_online* on, stalloc_online_plan_record_t* records,
                                  size_t capacity, size_t* count);

@@ -756,6 +756,19 @@ void st_runtime_step(st_runtime* rt) {
   rt->c.resyncs++;
 }
 
+bool st_runtime_step_begins(const st_runtime* rt, const uint64_t* sizes, size_t n) {
+  if (!rt->use_steps || rt->I < n) return false;
+  for (size_t i = 0; i < n; i++)
+    if (rt->entries[rt->P + i].size != sizes[i]) return false;
+  return true;
+}
+
+void st_runtime_join_step(st_runtime* rt, uint64_t served) {
+  st_runtime_step(rt);
+  if (rt->use_steps && rt->I && rt->cursor >= rt->P && served < rt->I) set_cursor(rt, rt->cursor + served);
+  rt->lost = 0;
+}
+
 st_runtime* st_runtime_of(const st_range_node* node) { return node->owner; }
 
 bool st_runtime_idle(st_runtime* rt) {

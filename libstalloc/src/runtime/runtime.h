@@ -59,6 +59,12 @@ void st_runtime_step(st_runtime* rt);
 /* True when no block of the pool is live or waiting for its stream (a replaced plan's pool
  * is given back then). */
 bool st_runtime_idle(st_runtime* rt);
+/* True when the plan's iteration begins with exactly these request sizes (a plan made from
+ * step markers): the step under way looks like this plan's kind. */
+bool st_runtime_step_begins(const st_runtime* rt, const uint64_t* sizes, size_t n);
+/* This plan takes over the step under way, whose first `served` requests another plan served:
+ * as st_runtime_step, then its cursor moves past those positions (their slots stay empty). */
+void st_runtime_join_step(st_runtime* rt, uint64_t served);
 /* The runtime whose pool holds a block. */
 st_runtime* st_runtime_of(const st_range_node* node);
 const st_runtime_counters* st_runtime_counters_of(const st_runtime* rt);
