@@ -18,7 +18,9 @@ misses elsewhere and never hands out bytes that are still live.
 With ``online=True`` (what ``torch_backend.enable()`` uses) the run's own switching is the C
 library's online lifecycle (docs/online.md: record, plan on a thread, switch or decline, re-plan
 or drop on drift; the same code `stalloc replay --online` drives); the session then only saves
-the whole recorded run's plan for the next run, and reports the lifecycle's state.
+the whole recorded run's plan for the next run, and reports the lifecycle's state. With
+``background=False`` the first boundary after a plan was started waits for it (the library's
+``wait_for_plan``), so what is switched when does not depend on the machine's speed (tests).
 
 The session is framework-neutral: ``torch_backend`` calls :meth:`step` from an optimizer hook.
 """
@@ -117,7 +119,8 @@ class PlanSession:
             allocator.step(0)
             return
         if online:
-            allocator.online_start(record_steps=record_steps, time_limit=min(time_limit, 1.0))
+            allocator.online_start(record_steps=record_steps, time_limit=min(time_limit, 1.0),
+                                   wait_for_plan=0 if background else 1)
             self.plan_source = "online"
             self._saving = bool(save and self.plan_file)
             if self._saving:  # the whole recorded run, planned for the next run

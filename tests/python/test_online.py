@@ -21,36 +21,47 @@ NEVER = 2**64 - 1
 MiB = 2**20
 
 
+class Events:
+    """A trace written by hand: alloc() returns the new block's id."""
+
+    def __init__(self):
+        self.ev, self.next_id = [], 1
+
+    def alloc(self, size):
+        self.ev.append((self.next_id, size, 0, 0, 0, 0, ALLOC, 0))
+        self.next_id += 1
+        return self.next_id - 1
+
+    def free(self, i):
+        self.ev.append((i, 0, 0, 0, 0, 0, FREE, 0))
+
+    def step(self, n):
+        self.ev.append((n, 0, 0, 0, 0, 0, STEP, 0))
+
+    def trace(self) -> Trace:
+        return Trace.from_events(np.array(self.ev, dtype=EVENT_DTYPE))
+
+
 def shaped_run(scales, layers=12, weights=8, seed=0) -> Trace:
     """A training-like run: weights first, then per step a forward that keeps one activation
     per layer plus a temporary, and a backward that frees them in reverse. Activation sizes
     follow the step's scale (batch x sequence), as dynamic padding or a curriculum make them."""
     rng = np.random.default_rng(seed)
-    ev, next_id = [], 1
-
-    def alloc(size):
-        nonlocal next_id
-        ev.append((next_id, size, 0, 0, 0, 0, ALLOC, 0))
-        next_id += 1
-        return next_id - 1
-
-    def free(i):
-        ev.append((i, 0, 0, 0, 0, 0, FREE, 0))
-
-    ev.append((0, 0, 0, 0, 0, 0, STEP, 0))
+    e = Events()
+    e.step(0)
     for _ in range(weights):
-        alloc(int(rng.integers(64, 256)) * 1024)
+        e.alloc(int(rng.integers(64, 256)) * 1024)
     for step, scale in enumerate(scales, start=1):
-        ev.append((step, 0, 0, 0, 0, 0, STEP, 0))
+        e.step(step)
         acts = []
         for layer in range(layers):
-            acts.append(alloc(int(scale * (4 + layer % 3)) * 4096))
-            free(alloc(int(scale * 2) * 4096))
+            acts.append(e.alloc(int(scale * (4 + layer % 3)) * 4096))
+            e.free(e.alloc(int(scale * 2) * 4096))
         for a in reversed(acts):
-            free(alloc(int(scale) * 4096))  # a gradient temporary
-            free(a)
-    ev.append((len(scales) + 1, 0, 0, 0, 0, 0, STEP, 0))
-    return Trace.from_events(np.array(ev, dtype=EVENT_DTYPE))
+            e.free(e.alloc(int(scale) * 4096))  # a gradient temporary
+            e.free(a)
+    e.step(len(scales) + 1)
+    return e.trace()
 
 
 def train_eval_run(pattern, layers=10, weights=8, seed=0) -> Trace:
@@ -58,44 +69,34 @@ def train_eval_run(pattern, layers=10, weights=8, seed=0) -> Trace:
     them, gradients that live until the next training step's zero_grad) and evaluation passes
     ("E": no_grad, a different batch shape, nothing kept), in the order `pattern` gives."""
     rng = np.random.default_rng(seed)
-    ev, next_id = [], 1
-
-    def alloc(size):
-        nonlocal next_id
-        ev.append((next_id, size, 0, 0, 0, 0, ALLOC, 0))
-        next_id += 1
-        return next_id - 1
-
-    def free(i):
-        ev.append((i, 0, 0, 0, 0, 0, FREE, 0))
-
-    ev.append((0, 0, 0, 0, 0, 0, STEP, 0))
+    e = Events()
+    e.step(0)
     shapes = [int(rng.integers(64, 256)) * 1024 for _ in range(weights)]
     for size in shapes:
-        alloc(size)
+        e.alloc(size)
     grads = []
     for step, kind in enumerate(pattern, start=1):
-        ev.append((step, 0, 0, 0, 0, 0, STEP, 0))
+        e.step(step)
         if kind == "T":
             for g in grads:  # zero_grad(set_to_none=True)
-                free(g)
+                e.free(g)
             acts = []
             for layer in range(layers):  # temporaries that grow: best fit leaves their holes
-                acts.append(alloc((5 + layer % 3) * MiB))
-                free(alloc((3 + layer) * MiB))
+                acts.append(e.alloc((5 + layer % 3) * MiB))
+                e.free(e.alloc((3 + layer) * MiB))
             grads = []
             for layer, a in enumerate(reversed(acts)):
-                free(alloc(2 * MiB))
-                free(a)
+                e.free(e.alloc(2 * MiB))
+                e.free(a)
                 if layer < weights:
-                    grads.append(alloc(shapes[layer]))
+                    grads.append(e.alloc(shapes[layer]))
         else:
             for layer in range(layers // 2):
-                x = alloc(7 * MiB + layer * 4096)
-                free(alloc((9 + layer) * MiB))
-                free(x)
-    ev.append((len(pattern) + 1, 0, 0, 0, 0, 0, STEP, 0))
-    return Trace.from_events(np.array(ev, dtype=EVENT_DTYPE))
+                x = e.alloc(7 * MiB + layer * 4096)
+                e.free(e.alloc((9 + layer) * MiB))
+                e.free(x)
+    e.step(len(pattern) + 1)
+    return e.trace()
 
 
 def cut_at_step(trace: Trace, k: int) -> Trace:

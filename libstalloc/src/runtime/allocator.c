@@ -628,7 +628,7 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
      * pool, a declined plan takes the other plans with it: the growable pool serves from now
      * on. Without one, the first plan is always used (cached segments serve changing shapes
      * no better), and a plan for another kind of step only when its pool, a segment of its
-     * own, fits under that peak: else the plans there are serve that kind too. */
+     * own, fits under that peak: else the plans already there serve that kind too. */
     bool others = false;
     for (int j = 0; j < ST_ONLINE_KINDS; j++) others |= j != k && a->kinds[j];
     bool declined = (a->arena || others) && a->budget.reserved + plan->pool_size > a->budget.peak_reserved;

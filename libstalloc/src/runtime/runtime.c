@@ -657,7 +657,6 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
   uint64_t expected = rt->cursor; /* where a miss would have been: picks its reuse window */
   const st_plan_entry* e = match(rt, size);
   uint64_t end = st_align_up(size, rt->alignment);
-
   if (e && e->offset != PLAN_NO_OFFSET && e->cls != PLAN_CLASS_DYNAMIC && end &&
       e->offset + end <= rt->pool_size) {
     /* A resized request (match() took it for this entry) keeps the planned offset when it is
@@ -687,7 +686,8 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
      * position that repeated its size in the recorded iterations): inside a reuse window it
      * is tried there, like a dynamic request, before the fallback pool. */
     rt->c.misses++;
-    if (size > e->size && ++rt->step_grown >= OUTGROWN && rt->step_grown * OUTGROWN_SHARE > rt->c.hits - rt->step_hits)
+    if (size > e->size && ++rt->step_grown >= OUTGROWN &&
+        rt->step_grown * OUTGROWN_SHARE > rt->c.hits - rt->step_hits)
       rt->outgrown = rt->arena && rt->shaped && rt->use_steps; /* the next marker resets it */
   } else if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) {
     rt->c.misses++;
