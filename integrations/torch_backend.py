@@ -138,10 +138,12 @@ def step() -> None:
 
 
 def state() -> dict:
-    """Per device: the session's state (recording, planning, planned, failed), plan source, and
-    the online lifecycle's plans (Allocator.online_plans: whether each was used, and why not)."""
+    """Per device: the session's state (recording, planning, planned, failed), plan source, the
+    online lifecycle's plans (Allocator.online_plans: whether each was used, and why not) and
+    how many kinds of step (training, evaluation) a plan of their own serves."""
     return {d: {"state": s.state, "steps": s.steps, "plan_source": s.plan_source,
-                "plan_file": s.plan_file, "plans": s.allocator.online_plans()}
+                "plan_file": s.plan_file, "plans": s.allocator.online_plans(),
+                "step_kinds": s.allocator.online_info()["step_kinds"]}
             for d, s in _sessions.items()}
 
 

@@ -347,6 +347,14 @@ def test_training_and_evaluation_steps_each_get_a_plan_through_pytorch(tmp_path)
     info = session.allocator.online_info()
     assert info["step_kinds"] == 2 and info["plans_switched"] >= 2
     assert stats.plan_hits > 0 and lib.stalloc_torch_failed_frees() == 0
+    from stalloc.integrations import torch_backend
+
+    torch_backend._sessions[0] = session  # what enable() keeps per device
+    try:
+        state = torch_backend.state()[0]
+        assert state["step_kinds"] == 2 and len(state["plans"]) == info["plan_records"]
+    finally:
+        del torch_backend._sessions[0]
     session.close()
 
 
