@@ -670,7 +670,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
         if ((s = hold_range(rt, e->offset, e->offset + st_align_up(e->size, rt->alignment)))) return s;
         rt->ready[idx] = 1;
       }
-      st_range_node* n;
+      st_range_node* n = NULL;
       if ((s = node_new(rt, e->offset, e->offset + end, stream, &n))) {
         if (rt->counted) st_arena_region_unref(rt->arena, rt->base + e->offset, end);
         return s;
@@ -709,7 +709,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
     if (rt->region)
       s = rt->counted ? st_arena_region_ref(rt->arena, rt->base + off, end) : hold_range(rt, off, off + end);
     if (s) return s;
-    st_range_node* n;
+    st_range_node* n = NULL;
     if ((s = node_new(rt, off, off + end, stream, &n))) {
       if (rt->counted) st_arena_region_unref(rt->arena, rt->base + off, end);
       return s;
