@@ -1,7 +1,7 @@
 /* test_online.c - the online lifecycle through the C API, with a real planning thread: the
  * switch comes at a step boundary without blocking it, a run whose shapes grow is re-planned,
- * a replaced pool goes back once its blocks are freed, and an allocator destroyed while its
- * planner runs waits for it. TSan checks the thread's hand-over in CI. */
+ * a replaced pool goes back once its blocks are freed, an allocator destroyed while its
+ * planner runs waits for it, and training and evaluation steps each get a plan. TSan checks the thread's hand-over in CI. */
 #include <string.h>
 #include <time.h>
 
@@ -163,10 +163,64 @@ static void test_declined_when_the_pool_needs_less(void) {
   CHECK_OK(stalloc_allocator_destroy(a));
 }
 
+/* An evaluation pass: no kept activations, another batch shape, fewer allocs. */
+static void eval_pass(stalloc_allocator_t* a) {
+  for (int i = 0; i < LAYERS / 2; i++) {
+    void *x, *tmp;
+    CHECK_OK(stalloc_allocator_alloc(a, (size_t)(7 + i % 2) * 4096, 0, 0, &x));
+    CHECK_OK(stalloc_allocator_alloc(a, 3 * 4096, 0, 0, &tmp));
+    CHECK_OK(stalloc_allocator_free(a, tmp));
+    CHECK_OK(stalloc_allocator_free(a, x));
+  }
+}
+
+static uint64_t misses_of(stalloc_allocator_t* a) {
+  stalloc_stats_t st;
+  stalloc_stats_init(&st);
+  CHECK_OK(stalloc_allocator_stats(a, &st));
+  return st.plan_misses;
+}
+
+/* Training steps and evaluation passes each get a plan; once both are in use, a regular order
+ * and then an irregular one (told apart by each step's first requests) miss nothing. The
+ * rolling recording, the choice of a kind's steps across others and the hand-over run under
+ * the sanitizers in CI. */
+static void test_each_kind_of_step_gets_a_plan(void) {
+  stalloc_allocator_t* a = make(0);
+  stalloc_online_params_t p;
+  stalloc_online_params_init(&p);
+  p.wait_for_plan = 1;
+  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  void* weights;
+  CHECK_OK(stalloc_allocator_alloc(a, 1 << 20, 0, 0, &weights));
+  uint64_t n = 0;
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  const char* regular = "TTETTETTETTETTE";
+  for (const char* c = regular; *c; c++) {
+    if (*c == 'T') step(a, 4);
+    else eval_pass(a);
+    CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  }
+  stalloc_online_info_t info = info_of(a);
+  CHECK(info.state == STALLOC_ONLINE_SERVING && info.step_kinds == 2 && info.plans_switched >= 2);
+  uint64_t before = misses_of(a);
+  const char* irregular = "TTETETTTEETTTTE";
+  for (const char* c = irregular; *c; c++) {
+    if (*c == 'T') step(a, 4);
+    else eval_pass(a);
+    CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  }
+  CHECK(misses_of(a) == before);
+  CHECK(info_of(a).step_kinds == 2);
+  CHECK_OK(stalloc_allocator_free(a, weights));
+  CHECK_OK(stalloc_allocator_destroy(a));
+}
+
 int main(void) {
   RUN(test_switches_in_the_background_and_replans);
   RUN(test_destroy_while_planning);
   RUN(test_misuse);
   RUN(test_declined_when_the_pool_needs_less);
+  RUN(test_each_kind_of_step_gets_a_plan);
   return 0;
 }
