@@ -7,22 +7,32 @@ replay waits for the plan at the next step boundary, so figures do not depend on
 switches to the plan or declines it when the growable pool already needs less, and re-plans
 when a step misses the plan. It never reads ahead. Peak reserved counts the recording phase.
 
-    python bench/bench_online.py [--traces DIR ...] [--growable 0|1]
+    python bench/bench_online.py [--traces DIR ...] [--growable 0|1] [--scale K]
 
 Waste = peak reserved - peak allocated. Plans: switched (s) or declined (d) per plan made;
-plan ms: the longest planning time; delay ms: the longest wait at a boundary for a plan (a
-replay waits; a live run switches at the first boundary after planning is done instead).
+from plans: the share of the run's requested bytes served at their planned offsets (the rest came
+from the growable pool: on a GPU the plan's hits are the fast path); plan ms: the longest
+planning time; delay ms: the longest wait at a boundary for a plan (a replay waits; a live run
+switches at the first boundary after planning is done instead). --scale K multiplies every size
+by K (the allocation order unchanged), as bench_compare.py does.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
+
+import numpy as np
 
 import stalloc
 from stalloc.baseline import simulate
 from stalloc.replay import replay
+from stalloc.trace import ALLOC
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_compare import scaled  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NEVER = 2**64 - 1
@@ -32,16 +42,20 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
 
-def row(path: Path, growable: bool) -> dict:
+def row(path: Path, growable: bool, scale: int = 1) -> dict:
     t = stalloc.load_trace(path)
+    t = scaled(t, scale)
     torch = simulate(t, "pytorch")["waste"]
     expandable = simulate(t, "pytorch-expandable")["waste"]
     r = replay(t, online=True, growable_pool=growable)
     waste = r["peak_reserved"] - r["peak_allocated"]
     plans = "".join("s" if p["switched_step"] != NEVER else "d" if p["declined"] else "-"
                     for p in r["plans"])
+    ev = np.asarray(t.events)
+    asked = int(ev["size"][ev["kind"] == ALLOC].sum())
+    from_plans = sum(s["hit_bytes"] for s in r["steps"]) / asked if asked else 0.0
     return dict(trace=path.stem, lb=t.lower_bound, torch=torch, expandable=expandable, waste=waste,
-                plans=plans or "none",
+                plans=plans or "none", from_plans=from_plans,
                 plan_ms=max((p["plan_seconds"] for p in r["plans"]), default=0) * 1e3,
                 delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3)
 
@@ -50,26 +64,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", nargs="+", default=[str(REPO / "tests" / "data" / "traces")])
     ap.add_argument("--growable", type=int, default=1, help="the growable pool (default 1)")
+    ap.add_argument("--scale", type=int, default=1, help="multiply every size by this (default 1)")
     args = ap.parse_args()
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
     head = (f"{'trace':<24} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} {'expandable waste':>16} "
             f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
-            f"{'plan ms':>8} {'delay ms':>8}")
+            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8}")
     print(head + "\n" + "-" * len(head))
-    vs_ex = []
+    vs_ex, shares = [], []
     for p in paths:
-        r = row(p, bool(args.growable))
+        r = row(p, bool(args.growable), args.scale)
+        shares.append(r["from_plans"])
         a = r["waste"] / r["torch"] if r["torch"] else float("nan")
         b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")
         vs_ex.append(b)
         floor = -(-r["lb"] // (2 << 20)) * (2 << 20) - r["lb"]  # the lower bound in whole 2 MiB granules
         print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(floor):>11} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
-              f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['plan_ms']:>8.1f} "
-              f"{r['delay_ms']:>8.1f}")
+              f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['from_plans']:>10.1%} "
+              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f}")
     print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
-          f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces")
+          f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces; "
+          f"bytes from plans: mean {statistics.mean(shares):.1%}, some on {sum(v > 0 for v in shares)}")
 
 
 if __name__ == "__main__":
