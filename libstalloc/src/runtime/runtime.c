@@ -32,11 +32,11 @@
 #define LOST_EXTRA 256 /* how much further forward the search reaches after many misses */
 #define DOOMED_MAX 16
 /* A plan that holds the largest size seen per position (online plans) has been outgrown by a
- * step (a batch ramp, a longer sequence) once OUTGROWN requests came larger than the slots they
- * were taken for, and more than a OUTGROWN_SHARE-th as many as the step's hits so far: the
- * growable pool then serves the rest of the step, since the plan's layout no longer holds there.
- * A step that merely resyncs (a request added or dropped) has hits to show for it; an exact
- * plan's larger requests are requests resized, which resyncing handles. */
+ * step (a batch ramp, a longer sequence) once OUTGROWN requests came larger than the slot
+ * expected at the cursor, and more than a OUTGROWN_SHARE-th as many as the step's hits so far:
+ * the growable pool then serves the rest of the step, since the plan's layout no longer holds
+ * there. A step that merely resyncs (a request added or dropped) has hits to show for it; an
+ * exact plan's larger requests are requests resized, which resyncing handles. */
 #define OUTGROWN 2
 #define OUTGROWN_SHARE 4
 #define LOST_IN_POOL 8 /* misses in a row after which the plan's slots are not being claimed
@@ -439,6 +439,12 @@ static void push_history(st_runtime* rt, uint64_t size) {
   rt->hist[0] = size;
 }
 
+/* A request larger than the slot expected at the cursor (runtime.c's OUTGROWN). */
+static void note_grown(st_runtime* rt) {
+  if (++rt->step_grown >= OUTGROWN && rt->step_grown * OUTGROWN_SHARE > rt->c.hits - rt->step_hits)
+    rt->outgrown = rt->arena && rt->use_steps; /* the next marker resets it */
+}
+
 /* The entry this request matches (advancing the cursor), or NULL for a miss. */
 static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
   if (rt->cur_idx < rt->P + rt->I) {
@@ -449,6 +455,7 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
       push_history(rt, size);
       return e;
     }
+    if (rt->shaped && size > e->size && e->cls == PLAN_CLASS_PERIODIC) note_grown(rt);
   }
   /* Long lost (a plan from another run): search on every 8th miss only, so each miss costs
    * about what the fallback pool does; finding the way back takes at most 7 requests more. */
@@ -686,9 +693,6 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
      * position that repeated its size in the recorded iterations): inside a reuse window it
      * is tried there, like a dynamic request, before the fallback pool. */
     rt->c.misses++;
-    if (size > e->size && ++rt->step_grown >= OUTGROWN &&
-        rt->step_grown * OUTGROWN_SHARE > rt->c.hits - rt->step_hits)
-      rt->outgrown = rt->arena && rt->shaped && rt->use_steps; /* the next marker resets it */
   } else if (e && e->cls != PLAN_CLASS_DYNAMIC && e->cls != PLAN_CLASS_TINY) {
     rt->c.misses++;
   } else if (!e && size > ST_TINY_MAX) {
