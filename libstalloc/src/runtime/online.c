@@ -85,7 +85,6 @@ struct st_online {
   size_t n, cap;
   rec_step* rs;              /* steps in the recording; the last is still open */
   size_t rs_count, rs_cap;
-  stalloc_event_t marker;    /* the last boundary's marker */
 
   step_kind kinds[ST_ONLINE_KINDS];
   int8_t history[HISTORY];   /* kinds of the last steps (oldest first); -1: untracked */
@@ -300,7 +299,7 @@ static size_t choose_steps(const st_online* on, uint64_t allocs, size_t wanted, 
 
 /* How many steps of kind k a plan for it is made from. */
 static size_t steps_wanted(const st_online* on, int k) {
-  return on->kinds[k].current || on->first_tried ? on->p.replan_steps : on->p.record_steps;
+  return (on->kinds[k].current || on->first_tried) ? on->p.replan_steps : on->p.record_steps;
 }
 
 /* Drops what lies before the steps still wanted: for each kind that may still be planned (no
@@ -536,7 +535,6 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
   *kind = -1;
   bool closes = on->steps > 0; /* the first boundary opens the first step */
   on->steps++;
-  on->marker = *marker;
   if (on->state == STALLOC_ONLINE_POOL) {
     /* a plan still being made when the pool took over: its record is completed, its plan dropped */
     if (on->job && atomic_load_explicit(&on->job->done, memory_order_acquire))
