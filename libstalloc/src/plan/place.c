@@ -526,12 +526,23 @@ nomem:
   return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items", m);
 }
 
-/* Time left after the search: the large partition that sets the peak gets the other peeling
- * tries (other splits into groups) until the deadline. */
-static stalloc_status_t peel_more(placer* p, part* parts, size_t np) {
+/* The partition with the highest peak (the first on a tie), or NULL for none. */
+static part* worst_part(part* parts, size_t np) {
   part* worst = NULL;
   for (size_t k = 0; k < np; k++)
     if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
+  return worst;
+}
+
+/* The exact search can work on it: no fixed items, not too many items, not given up on. */
+static bool searchable(const part* q) {
+  return !q->has_fixed && q->e - q->b <= SEARCH_MAX && !q->exhausted;
+}
+
+/* Time left after the search: the large partition that sets the peak gets the other peeling
+ * tries (other splits into groups) until the deadline. */
+static stalloc_status_t peel_more(placer* p, part* parts, size_t np) {
+  part* worst = worst_part(parts, np);
   if (!worst || !peelable(worst) || st_now() >= p->deadline) return STALLOC_OK;
   peel_arrays pa = {0};
   bool ok = peel_setup(p, worst, &pa);
@@ -639,19 +650,13 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
   return STALLOC_OK;
 }
 
-static bool searchable(const part* q) {
-  return !q->has_fixed && q->e - q->b <= SEARCH_MAX && !q->exhausted;
-}
-
 static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal, bool* optimal) {
   *optimal = false;
   for (;;) {
     bool other_done = p->stop && atomic_load_explicit(p->stop, memory_order_relaxed);
     if (st_cancel_requested(p->cancel) || other_done || st_now() >= p->deadline)
       return STALLOC_OK;
-    part* worst = NULL;
-    for (size_t k = 0; k < np; k++)
-      if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
+    part* worst = worst_part(parts, np);
     if (!worst || worst->peak <= ST_MAX(goal, worst->proven)) {
       *optimal = true;
       if (p->stop) atomic_store(p->stop, 1); /* the other thread cannot do better */
@@ -695,12 +700,8 @@ static void* portfolio_main(void* a) {
 static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uint64_t goal,
                                           bool* optimal) {
   /* Worth a thread only if the partition that sets the peak can be searched. */
-  part* worst = NULL;
-  for (size_t k = 0; k < np; k++)
-    if (!worst || parts[k].peak > worst->peak) worst = &parts[k];
-  bool can_search = worst && !worst->has_fixed && worst->e - worst->b <= SEARCH_MAX &&
-                    worst->peak > goal;
-  portfolio_arg* w = can_search ? calloc(1, sizeof *w) : NULL;
+  part* worst = worst_part(parts, np);
+  portfolio_arg* w = worst && searchable(worst) && worst->peak > goal ? calloc(1, sizeof *w) : NULL;
   atomic_int stop = 0;
   if (w) {
     /* turns by rank of peak among the partitions the search can lower: 0, 1, 0, 1, ... */
@@ -709,8 +710,7 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
       part* next = NULL;
       for (size_t k = 0; k < np; k++) {
         part* c = &parts[k];
-        if (c->turn < 0 && c->peak > goal && !c->has_fixed && c->e - c->b <= SEARCH_MAX &&
-            (!next || c->peak > next->peak))
+        if (c->turn < 0 && c->peak > goal && searchable(c) && (!next || c->peak > next->peak))
           next = c;
       }
       if (!next) break;
