@@ -473,18 +473,19 @@ stalloc_status_t stalloc_allocator_release_cached(stalloc_allocator_t* a) {
   return STALLOC_OK;
 }
 
+static void add_counters(st_runtime_counters* into, const st_runtime_counters* r) {
+  into->hits += r->hits;
+  into->misses += r->misses;
+  into->resyncs += r->resyncs;
+  into->dynamic += r->dynamic;
+  into->hit_bytes += r->hit_bytes;
+  into->miss_bytes += r->miss_bytes;
+}
+
 st_runtime_counters st_allocator_plan_counters(const stalloc_allocator_t* a) {
   st_runtime_counters c = a->past;
-  for (int k = 0; k < ST_ONLINE_KINDS; k++) {
-    if (!a->kinds[k]) continue;
-    const st_runtime_counters* r = st_runtime_counters_of(a->kinds[k]);
-    c.hits += r->hits;
-    c.misses += r->misses;
-    c.resyncs += r->resyncs;
-    c.dynamic += r->dynamic;
-    c.hit_bytes += r->hit_bytes;
-    c.miss_bytes += r->miss_bytes;
-  }
+  for (int k = 0; k < ST_ONLINE_KINDS; k++)
+    if (a->kinds[k]) add_counters(&c, st_runtime_counters_of(a->kinds[k]));
   return c;
 }
 
@@ -552,13 +553,7 @@ static bool retired_room(stalloc_allocator_t* a, size_t more) {
 static void drop_kind(stalloc_allocator_t* a, int k) {
   st_runtime* old = a->kinds[k];
   if (!old) return;
-  const st_runtime_counters* c = st_runtime_counters_of(old);
-  a->past.hits += c->hits;
-  a->past.misses += c->misses;
-  a->past.resyncs += c->resyncs;
-  a->past.dynamic += c->dynamic;
-  a->past.hit_bytes += c->hit_bytes;
-  a->past.miss_bytes += c->miss_bytes;
+  add_counters(&a->past, st_runtime_counters_of(old));
   a->retired[a->retired_count++] = old;
   a->kinds[k] = NULL;
   if (a->runtime == old) a->runtime = NULL;

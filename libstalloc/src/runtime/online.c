@@ -283,17 +283,28 @@ static int predict(const st_online* on) {
 
 /* ---- the recording's window ---- */
 
+/* Complete steps in the recording (the last one in rs is still open). */
+static size_t complete_steps(const st_online* on) { return on->rs_count ? on->rs_count - 1 : 0; }
+
+/* Of the last `wanted` complete steps of kind `allocs` (at most), the oldest (an index into rs;
+ * the open step's index when there are none) and, in *count, how many there are. */
+static size_t oldest_of_last(const st_online* on, uint64_t allocs, size_t wanted, size_t* count) {
+  size_t from = complete_steps(on), c = 0;
+  for (size_t i = from; i-- > 0 && c < wanted;)
+    if (on->rs[i].allocs == allocs) {
+      c++;
+      from = i;
+    }
+  *count = c;
+  return from;
+}
+
 /* The chosen steps: the last `wanted` complete steps of kind `allocs` (at most), oldest first,
  * as indices into rs. Returns how many. */
 static size_t choose_steps(const st_online* on, uint64_t allocs, size_t wanted, size_t* idx) {
-  size_t c = 0;
-  for (size_t i = on->rs_count - 1; i-- > 0 && c < wanted;)
-    if (on->rs[i].allocs == allocs) idx[c++] = i;
-  for (size_t i = 0; i < c / 2; i++) { /* oldest first */
-    size_t t = idx[i];
-    idx[i] = idx[c - 1 - i];
-    idx[c - 1 - i] = t;
-  }
+  size_t c, n = 0;
+  for (size_t i = oldest_of_last(on, allocs, wanted, &c); n < c; i++)
+    if (on->rs[i].allocs == allocs) idx[n++] = i;
   return c;
 }
 
@@ -306,19 +317,14 @@ static size_t steps_wanted(const st_online* on, int k) {
  * plan yet, or re-planned on drift), its last steps_wanted steps; always the last record_steps;
  * at most KEEP_STEPS, and past the minimum no more than KEEP_EVENTS events. */
 static void trim_recording(st_online* on) {
-  size_t complete = on->rs_count ? on->rs_count - 1 : 0;
+  size_t complete = complete_steps(on);
   if (!complete) return;
   size_t keep = ST_MIN(complete, (size_t)on->p.record_steps);
   for (int k = 0; k < ST_ONLINE_KINDS; k++) {
     const step_kind* sk = &on->kinds[k];
     /* a kind seen once is kept only within the minimum: a warm-up step never comes back */
     if (!sk->used || sk->seen < 2 || (sk->current && on->growable)) continue;
-    size_t want = steps_wanted(on, k), got = 0, from = on->rs_count - 1;
-    for (size_t i = on->rs_count - 1; i-- > 0 && got < want;)
-      if (on->rs[i].allocs == sk->allocs) {
-        got++;
-        from = i;
-      }
+    size_t got, from = oldest_of_last(on, sk->allocs, steps_wanted(on, k), &got);
     if (got) keep = ST_MAX(keep, complete - from);
   }
   keep = ST_MIN(keep, (size_t)KEEP_STEPS);
@@ -520,8 +526,7 @@ static bool any_plan(const st_online* on) {
  * without a growable pool) and enough steps of it are recorded. */
 static int kind_to_plan(st_online* on, int done, bool drifted) {
   if (done < 0 || on->job || on->offered || !on->recording) return -1;
-  size_t complete = on->rs_count ? on->rs_count - 1 : 0;
-  if (!on->first_tried && complete < on->p.record_steps) return -1;
+  if (!on->first_tried && complete_steps(on) < on->p.record_steps) return -1;
   step_kind* sk = &on->kinds[done];
   if (sk->current && !drifted) return -1;
   if (sk->seen < sk->retry_at) return -1;
