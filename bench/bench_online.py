@@ -42,12 +42,12 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
 
-def row(path: Path, growable: bool, scale: int = 1) -> dict:
+def row(path: Path, growable: bool, scale: int = 1, hints: int = 1) -> dict:
     t = stalloc.load_trace(path)
     t = scaled(t, scale)
     torch = simulate(t, "pytorch")["waste"]
     expandable = simulate(t, "pytorch-expandable")["waste"]
-    r = replay(t, online=True, growable_pool=growable)
+    r = replay(t, online={"layout_hints": hints}, growable_pool=growable)
     waste = r["peak_reserved"] - r["peak_allocated"]
     plans = "".join("s" if p["switched_step"] != NEVER else "d" if p["declined"] else "-"
                     for p in r["plans"])
@@ -65,6 +65,8 @@ def main() -> None:
     ap.add_argument("--traces", nargs="+", default=[str(REPO / "tests" / "data" / "traces")])
     ap.add_argument("--growable", type=int, default=1, help="the growable pool (default 1)")
     ap.add_argument("--scale", type=int, default=1, help="multiply every size by this (default 1)")
+    ap.add_argument("--layout-hints", type=int, default=1, choices=(0, 1),
+                    help="the growable pool's layout hints (default 1; 0: best fit alone)")
     args = ap.parse_args()
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
@@ -75,7 +77,7 @@ def main() -> None:
     print(head + "\n" + "-" * len(head))
     vs_ex, shares = [], []
     for p in paths:
-        r = row(p, bool(args.growable), args.scale)
+        r = row(p, bool(args.growable), args.scale, args.layout_hints)
         shares.append(r["from_plans"])
         a = r["waste"] / r["torch"] if r["torch"] else float("nan")
         b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")

@@ -208,7 +208,7 @@ def memory_summary(device: int | None = None) -> str:
         f"  reserved   {s.reserved_bytes / mib:10.1f} MiB   peak {s.peak_reserved_bytes / mib:10.1f} MiB",
         f"  fragmentation (1 - peak allocated / peak reserved): {s.fragmentation:.2%}",
         f"  plan hits {s.plan_hits:,}  misses {s.plan_misses:,}  resyncs {s.resyncs:,}  "
-        f"dynamic {s.dynamic_allocs:,}  fallback {s.fallback_allocs:,}",
+        f"dynamic {s.dynamic_allocs:,}  fallback {s.fallback_allocs:,}  hinted {s.hinted_allocs:,}",
     ]
     if sess.plan is not None:
         info = sess.plan.info()

@@ -214,6 +214,8 @@ typedef struct stalloc_stats {
   uint64_t deferred_frees;      /* freed blocks held back now until streams recorded with
                                    stalloc_allocator_record_stream are done with them */
   uint64_t memory_limit;        /* the limit in force now (0 = none) */
+  uint64_t hinted_allocs;       /* requests the growable pool placed where the online
+                                   lifecycle's layout hints put them (docs/online.md) */
 } stalloc_stats_t;
 
 STALLOC_API void stalloc_stats_init(stalloc_stats_t* stats);
@@ -513,6 +515,9 @@ typedef struct stalloc_online_params {
   int32_t wait_for_plan;      /* 1: the first step boundary after planning started waits for
                                  it (deterministic, for replay); 0 (default): the switch comes
                                  at the first boundary after planning finished, never blocking */
+  int32_t layout_hints;       /* 1 (default): while the growable pool serves, each request goes
+                                 where a plan of the step before put its position, if free
+                                 (docs/online.md, "Layout hints"); 0: best fit alone */
 } stalloc_online_params_t;
 
 typedef enum stalloc_online_state {

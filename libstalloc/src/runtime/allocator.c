@@ -110,6 +110,7 @@ stalloc_status_t stalloc_allocator_destroy(stalloc_allocator_t* a) {
   st_deferred_destroy(&a->deferred, a->ops, a->backend); /* their blocks go with the pools */
   u64map_destroy(&a->live);
   st_online_destroy(a->online);
+  st_hints_destroy(a->hints);
   for (size_t i = 0; i < a->retired_count; i++) st_runtime_destroy(a->retired[i]);
   free(a->retired);
   for (int k = 0; k < ST_ONLINE_KINDS; k++) st_runtime_destroy(a->kinds[k]);
@@ -202,7 +203,20 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
   stalloc_status_t s = STALLOC_OK;
   st_arena_block* ablock;
   /* The plan's pool is a region of the arena, so a miss shares its granules. */
-  if (a->arena && (s = st_arena_alloc(a->arena, size, stream, p, &ablock)) == STALLOC_OK) {
+  bool hinted = false;
+  uint32_t position = UINT32_MAX;
+  if (__builtin_expect(a->hints != NULL, 0) && !a->runtime) { /* a step the growable pool serves whole */
+    uint64_t at;
+    position = st_hints_alloc(a->hints, size, &at);
+    if (at != UINT64_MAX) {
+      hinted = st_arena_alloc_at(a->arena, at, size, stream, p, &ablock);
+      st_hints_outcome(a->hints, hinted);
+      a->stats.hinted_allocs += hinted;
+    }
+  }
+  if (hinted || (a->arena && (s = st_arena_alloc(a->arena, size, stream, p, &ablock)) == STALLOC_OK)) {
+    if (__builtin_expect(position != UINT32_MAX, 0)) /* where its free is told to the hints */
+      *st_arena_tag(ablock) = (uint64_t)st_hints_step(a->hints) << 32 | position;
     *handle = ablock;
     *origin = ORIGIN_ARENA;
     if (a->runtime) st_runtime_missed_into_arena(a->runtime);
@@ -333,6 +347,10 @@ static uint32_t other_streams(live_block* r, uint64_t stream) {
 
 static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream) {
   u64map_remove(&a->live, (uint64_t)(uintptr_t)r->ptr, NULL);
+  if (__builtin_expect(a->hints != NULL, 0) && r->origin == ORIGIN_ARENA) {
+    uint64_t tag = *st_arena_tag(r->handle);
+    if (tag) st_hints_freed(a->hints, (uint32_t)(tag >> 32), (uint32_t)tag);
+  }
   uint32_t others = a->ops->event_record ? other_streams(r, stream) : 0;
   if (others == 0) {
     release_to_pool(a, r->origin, r->handle, stream);
@@ -526,7 +544,7 @@ stalloc_status_t stalloc_allocator_reset_peaks(stalloc_allocator_t* a) {
   s->peak_active_blocks = s->active_blocks;
   a->budget.peak_reserved = a->budget.reserved;
   s->alloc_count = s->free_count = s->failed_allocs = 0;
-  s->plan_hits = s->plan_misses = s->resyncs = s->dynamic_allocs = s->fallback_allocs = 0;
+  s->plan_hits = s->plan_misses = s->resyncs = s->dynamic_allocs = s->fallback_allocs = s->hinted_allocs = 0;
   s->steps = 0;
   for (int k = 0; k < ST_ONLINE_KINDS; k++)
     if (a->kinds[k]) st_runtime_reset_counters(a->kinds[k]);
@@ -639,12 +657,35 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   a->probe_count = 0;
 }
 
+/* The layout hints at a step boundary: the step that ended is planned around the blocks in
+ * use, if the hints want it. Lock held. */
+static void hints_step(stalloc_allocator_t* a) {
+  uint64_t *starts = NULL, *sizes = NULL;
+  size_t n = 0;
+  if (st_hints_wants_layout(a->hints)) {
+    n = st_arena_taken(a->arena, NULL, NULL, 0);
+    starts = malloc((n ? n : 1) * sizeof *starts);
+    sizes = malloc((n ? n : 1) * sizeof *sizes);
+    if (starts && sizes) {
+      st_arena_taken(a->arena, starts, sizes, n);
+    } else { /* no host memory: no hints from this step */
+      free(starts);
+      free(sizes);
+      starts = sizes = NULL;
+      n = 0;
+    }
+  }
+  st_hints_boundary(a->hints, starts, sizes, n, st_online_expected_allocs(a->online));
+  if (a->runtime) st_hints_spoil(a->hints); /* a plan serves the step: not one to plan from */
+}
+
 stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t step) {
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "step_begin: NULL allocator");
   LOCK(a);
   a->stats.steps++;
   st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
   if (a->online) online_step(a, step);
+  if (a->hints) hints_step(a);
   if (a->runtime) st_runtime_step(a->runtime);
   UNLOCK(a);
   return STALLOC_OK;
@@ -659,6 +700,12 @@ stalloc_status_t stalloc_allocator_online_start(stalloc_allocator_t* a, const st
                 a->online ? "runs the online lifecycle" : "serves a plan");
   else
     s = st_online_create(params, a->options.alignment, a->arena != NULL, &a->online);
+  if (!s && a->arena && st_online_params(a->online)->layout_hints &&
+      (s = st_hints_create(a->options.alignment, st_online_params(a->online)->wait_for_plan != 0, &a->hints))) {
+    st_online_destroy(a->online);
+    a->online = NULL;
+  }
+  if (a->hints) st_arena_index_addresses(a->arena);
   UNLOCK(a);
   return s;
 }

@@ -8,6 +8,7 @@
 #include "runtime/arena.h"
 #include "runtime/deferred.h"
 #include "runtime/fallback.h"
+#include "runtime/hints.h"
 #include "runtime/online.h"
 #include "runtime/runtime.h"
 #include "runtime/slab.h"
@@ -67,6 +68,7 @@ struct stalloc_allocator {
   uint32_t recording;               /* number of the current or last recording */
 
   st_online* online;                /* non-NULL once the online lifecycle started */
+  st_hints* hints;                  /* layout hints for the growable pool (online, with one) */
   st_runtime** retired;             /* replaced plans' pools that still hold live blocks */
   size_t retired_count, retired_cap;
   st_runtime_counters past;         /* counters of the plans replaced so far */

@@ -28,9 +28,11 @@ struct st_arena_block {
   uint64_t start, size;
   st_arena_block *prev, *next;  /* address order */
   st_arena_block *left, *right; /* free treap */
+  st_arena_block *aleft, *aright; /* free blocks by address (same priorities) */
   uint32_t prio;
   uint8_t state;
   uint64_t stream, stamp;       /* a free block: freed on stream at clock stamp (0: free for all) */
+  uint64_t tag;                 /* a live block: its user's (st_arena_tag) */
   st_arena_block* pnext;        /* spares */
 };
 
@@ -51,6 +53,9 @@ struct st_arena {
   uint64_t reserved;            /* bytes reserved there: capacity and room to align base */
   st_arena_block* last;         /* the block that ends at top */
   st_arena_block* free_root;
+  st_arena_block* addr_root;    /* the free blocks again, keyed by start, once alloc_at is
+                                   wanted (st_arena_index_addresses) */
+  bool by_address;
   st_arena_block* spares;
   uint64_t clock;               /* stamps frees */
   stream_state* streams;        /* streams blocks were freed on */
@@ -145,12 +150,75 @@ static st_arena_block* next_key(st_arena_block* t, const st_arena_block* after) 
   return next;
 }
 
+/* ---- the same free blocks keyed by start ---- */
+
+static st_arena_block* at_insert(st_arena_block* t, st_arena_block* n) {
+  if (!t) return n;
+  if (n->prio > t->prio) {
+    st_arena_block *l = NULL, *r = NULL, **lp = &l, **rp = &r;
+    while (t) {
+      if (t->start < n->start) {
+        *lp = t;
+        lp = &t->aright;
+        t = t->aright;
+      } else {
+        *rp = t;
+        rp = &t->aleft;
+        t = t->aleft;
+      }
+    }
+    *lp = *rp = NULL;
+    n->aleft = l;
+    n->aright = r;
+    return n;
+  }
+  if (n->start < t->start) t->aleft = at_insert(t->aleft, n);
+  else t->aright = at_insert(t->aright, n);
+  return t;
+}
+
+static st_arena_block* at_merge(st_arena_block* a, st_arena_block* b) {
+  if (!a) return b;
+  if (!b) return a;
+  if (a->prio > b->prio) {
+    a->aright = at_merge(a->aright, b);
+    return a;
+  }
+  b->aleft = at_merge(a, b->aleft);
+  return b;
+}
+
+static st_arena_block* at_remove(st_arena_block* t, st_arena_block* n) {
+  if (!t) return NULL;
+  if (t == n) return at_merge(n->aleft, n->aright);
+  if (n->start < t->start) t->aleft = at_remove(t->aleft, n);
+  else t->aright = at_remove(t->aright, n);
+  return t;
+}
+
+/* The free block holding byte `at`, or NULL. */
+static st_arena_block* at_find(st_arena_block* t, uint64_t at) {
+  while (t) {
+    if (at < t->start) t = t->aleft;
+    else if (at >= t->start + t->size) t = t->aright;
+    else return t;
+  }
+  return NULL;
+}
+
 static void make_free(st_arena* a, st_arena_block* b) {
   b->state = AR_FREE;
-  b->left = b->right = NULL;
+  b->left = b->right = b->aleft = b->aright = NULL;
   a->rng = a->rng * 1664525u + 1013904223u;
   b->prio = a->rng;
   a->free_root = tr_insert(a->free_root, b);
+  if (a->by_address) a->addr_root = at_insert(a->addr_root, b);
+}
+
+/* Takes free block b out of both treaps. */
+static void unlist(st_arena* a, st_arena_block* b) {
+  a->free_root = tr_remove(a->free_root, b);
+  if (a->by_address) a->addr_root = at_remove(a->addr_root, b);
 }
 
 static st_arena_block* block_new(st_arena* a) {
@@ -430,7 +498,7 @@ static st_arena_block* coalesce(st_arena* a, st_arena_block* b) {
   st_arena_block* p = b->prev;
   if (mergeable(a, p, b)) { /* merge into the previous block */
     merge_stamp(a, p, b);
-    a->free_root = tr_remove(a->free_root, p);
+    unlist(a, p);
     p->size += b->size;
     p->next = b->next;
     if (b->next) b->next->prev = p;
@@ -441,7 +509,7 @@ static st_arena_block* coalesce(st_arena* a, st_arena_block* b) {
   st_arena_block* n = b->next;
   if (mergeable(a, n, b)) {
     merge_stamp(a, b, n);
-    a->free_root = tr_remove(a->free_root, n);
+    unlist(a, n);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
@@ -513,49 +581,15 @@ void st_arena_destroy(st_arena* a) {
   free(a);
 }
 
-/* Takes a free block that holds [start, start + need) for some start that is a multiple of
- * `align` (best fit, else the top grows), splits off what lies before and after, and returns
- * it, neither mapped nor counted on its granules. *grew: the bytes the top grew by. */
-static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64_t stream,
-                              st_arena_block** out, uint64_t* grew) {
-  *grew = 0;
-  uint64_t slack = align > a->alignment ? align - a->alignment : 0;
-  if (!need || need > a->capacity || slack > a->capacity - need)
-    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: %llu bytes is more than its %llu-byte range",
-                   (unsigned long long)need, (unsigned long long)a->capacity);
-  st_arena_block* b = best_fit(a->free_root, need + slack);
-  for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
-    b = skipped < 64 ? next_key(a->free_root, b) : NULL;
-  if (b) {
-    a->free_root = tr_remove(a->free_root, b);
-  } else {
-    /* the top grows: from its free block if it has one */
-    bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
-    uint64_t from = last_free ? a->last->start : a->top;
-    uint64_t end = st_align_up(from, align) + need;
-    if (end > a->capacity)
-      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: its %llu-byte address range is used up",
-                     (unsigned long long)a->capacity);
-    if (from < a->top) {
-      b = a->last;
-      a->free_root = tr_remove(a->free_root, b);
-    } else {
-      if (!(b = block_new(a))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
-      b->start = a->top;
-      b->prev = a->last;
-      if (a->last) a->last->next = b;
-      a->last = b;
-    }
-    *grew = end - a->top;
-    a->top = end;
-    b->size = end - b->start;
-  }
-  uint64_t front = st_align_up(b->start, align) - b->start;
-  if (front) { /* the bytes below the aligned start stay free */
+/* Cuts [start, start + need) out of b (a block off the free treaps that holds it): what lies
+ * before and after stays free. False: no host memory for a block (b is free again). */
+static bool split_out(st_arena* a, st_arena_block* b, uint64_t start, uint64_t need) {
+  uint64_t front = start - b->start;
+  if (front) { /* the bytes below start stay free */
     st_arena_block* f = block_new(a);
     if (!f) {
       make_free(a, b);
-      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
+      return false;
     }
     f->start = b->start;
     f->size = front;
@@ -585,15 +619,89 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
       make_free(a, r);
     }
   }
+  return true;
+}
+
+/* Grows the top to `end` from its free block (taken off the treaps), or from a new one that
+ * starts at the old top; NULL: no host memory. *grew: the bytes the top grew by. */
+static st_arena_block* grow_top(st_arena* a, bool last_free, uint64_t end, uint64_t* grew) {
+  st_arena_block* b;
+  if (last_free) {
+    b = a->last;
+    unlist(a, b);
+  } else {
+    if (!(b = block_new(a))) return NULL;
+    b->start = a->top;
+    b->prev = a->last;
+    if (a->last) a->last->next = b;
+    a->last = b;
+  }
+  *grew = end - a->top;
+  a->top = end;
+  b->size = end - b->start;
+  return b;
+}
+
+/* Takes a free block that holds [start, start + need) for some start that is a multiple of
+ * `align` (best fit, else the top grows), splits off what lies before and after, and returns
+ * it, neither mapped nor counted on its granules. *grew: the bytes the top grew by. */
+static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64_t stream,
+                              st_arena_block** out, uint64_t* grew) {
+  *grew = 0;
+  uint64_t slack = align > a->alignment ? align - a->alignment : 0;
+  if (!need || need > a->capacity || slack > a->capacity - need)
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: %llu bytes is more than its %llu-byte range",
+                   (unsigned long long)need, (unsigned long long)a->capacity);
+  st_arena_block* b = best_fit(a->free_root, need + slack);
+  for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
+    b = skipped < 64 ? next_key(a->free_root, b) : NULL;
+  if (b) {
+    unlist(a, b);
+  } else {
+    /* the top grows: from its free block if it has one */
+    bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
+    uint64_t from = last_free ? a->last->start : a->top;
+    uint64_t end = st_align_up(from, align) + need;
+    if (end > a->capacity)
+      return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: its %llu-byte address range is used up",
+                     (unsigned long long)a->capacity);
+    if (!(b = grow_top(a, last_free, end, grew))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
+  }
+  if (!split_out(a, b, st_align_up(b->start, align), need))
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   *out = b;
   return STALLOC_OK;
+}
+
+/* Takes [at, at + need) if it is free and usable on `stream` (the top grows if it must):
+ * false, with nothing changed, if any byte of it is taken. */
+static bool carve_at(st_arena* a, uint64_t at, uint64_t need, uint64_t stream, st_arena_block** out,
+                     uint64_t* grew) {
+  *grew = 0;
+  if (at % a->alignment || !need || need > a->capacity || at > a->capacity - need) return false;
+  st_arena_block* b = NULL;
+  if (at < a->top) { /* its start lies in a free block */
+    b = at_find(a->addr_root, at);
+    if (!b || !usable(a, b, stream)) return false;
+  }
+  if (at + need <= a->top) {
+    if (at + need > b->start + b->size) return false;
+    unlist(a, b);
+  } else { /* it passes the top: from the free block that ends there, if any */
+    bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
+    if (b && b != a->last) return false;
+    if (!(b = grow_top(a, last_free, at + need, grew))) return false;
+  }
+  if (!split_out(a, b, at, need)) return false;
+  *out = b;
+  return true;
 }
 
 /* Gives back a block carve() took: free again, and a top that grew for it shrinks. */
 static void uncarve(st_arena* a, st_arena_block* b, uint64_t grew) {
   b = coalesce(a, b);
   if (grew && a->last == b && b->size >= grew) {
-    a->free_root = tr_remove(a->free_root, b);
+    unlist(a, b);
     b->size -= grew;
     a->top -= grew;
     if (b->size) make_free(a, b);
@@ -617,10 +725,56 @@ stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, voi
   }
   b->state = AR_USED;
   b->stamp = 0;
+  b->tag = 0;
   *ptr = a->base + b->start;
   *out = b;
   return STALLOC_OK;
 }
+
+void st_arena_index_addresses(st_arena* a) {
+  if (a->by_address) return;
+  a->by_address = true;
+  for (st_arena_block* b = a->last; b; b = b->prev)
+    if (b->state == AR_FREE) {
+      b->aleft = b->aright = NULL;
+      a->addr_root = at_insert(a->addr_root, b);
+    }
+}
+
+bool st_arena_alloc_at(st_arena* a, uint64_t offset, uint64_t size, uint64_t stream, void** ptr,
+                       st_arena_block** out) {
+  uint64_t need = st_align_up(size, a->alignment), grew;
+  st_arena_block* b;
+  if (!a->by_address || !carve_at(a, offset, need, stream, &b, &grew)) return false;
+  if (ref(a, b->start, b->size)) {
+    uncarve(a, b, grew);
+    st_clear_error();
+    return false;
+  }
+  b->state = AR_USED;
+  b->stamp = 0;
+  b->tag = 0;
+  *ptr = a->base + b->start;
+  *out = b;
+  return true;
+}
+
+size_t st_arena_taken(const st_arena* a, uint64_t* starts, uint64_t* sizes, size_t capacity) {
+  size_t n = 0;
+  for (const st_arena_block* b = a->last; b; b = b->prev)
+    if (b->state != AR_FREE) {
+      if (n < capacity) {
+        starts[n] = b->start;
+        sizes[n] = b->size;
+      }
+      n++;
+    }
+  return n;
+}
+
+uint64_t* st_arena_tag(st_arena_block* b) { return &b->tag; }
+
+uint64_t st_arena_offset(const st_arena* a, const void* ptr) { return (uint64_t)((const uint8_t*)ptr - a->base); }
 
 stalloc_status_t st_arena_region(st_arena* a, uint64_t size, uint64_t align, void** ptr,
                                  st_arena_block** out) {

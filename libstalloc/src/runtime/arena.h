@@ -20,6 +20,22 @@ void st_arena_destroy(st_arena* arena);
 /* A block of at least size bytes; *block is the handle for free. */
 stalloc_status_t st_arena_alloc(st_arena* arena, uint64_t size, uint64_t stream, void** ptr,
                                 st_arena_block** block);
+/* Keeps the free blocks indexed by address from now on, which alloc_at needs (each free and
+ * split then costs a second treap update, so only users of alloc_at ask for it). */
+void st_arena_index_addresses(st_arena* arena);
+/* The block [offset, offset + size) from the arena's first byte, if all of it is free (and
+ * usable on stream; past the top the top grows): false, with nothing changed, if not (or if
+ * addresses are not indexed). How layout hints (hints.c) put a request where a plan of the
+ * last step would. */
+bool st_arena_alloc_at(st_arena* arena, uint64_t offset, uint64_t size, uint64_t stream, void** ptr,
+                       st_arena_block** block);
+/* The blocks in use (live blocks and plan regions) as offsets and sizes, the highest first;
+ * returns how many there are (only the first `capacity` are written). */
+size_t st_arena_taken(const st_arena* arena, uint64_t* starts, uint64_t* sizes, size_t capacity);
+/* A word the arena keeps for the user of a live block (0 when it is handed out). */
+uint64_t* st_arena_tag(st_arena_block* block);
+/* The offset of ptr (inside the arena's range) from its first byte. */
+uint64_t st_arena_offset(const st_arena* arena, const void* ptr);
 /* Frees a live block; stream is where its last use was queued (reused elsewhere only once
  * that work is done). */
 void st_arena_free(st_arena* arena, st_arena_block* block, uint64_t stream);

@@ -112,6 +112,7 @@ void stalloc_online_params_init(stalloc_online_params_t* p) {
   p->replan_miss_share = 0.02;
   p->replan_after = 1;
   p->wait_for_plan = 0;
+  p->layout_hints = 1;
 }
 
 void stalloc_online_info_init(stalloc_online_info_t* info) {
@@ -172,6 +173,8 @@ void st_online_destroy(st_online* on) {
   free(on->records);
   free(on);
 }
+
+const stalloc_online_params_t* st_online_params(const st_online* on) { return &on->p; }
 
 bool st_online_recording(const st_online* on) { return on->recording; }
 
@@ -540,20 +543,20 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
   *kind = -1;
   bool closes = on->steps > 0; /* the first boundary opens the first step */
   on->steps++;
-  if (on->state == STALLOC_ONLINE_POOL) {
-    /* a plan still being made when the pool took over: its record is completed, its plan dropped */
-    if (on->job && atomic_load_explicit(&on->job->done, memory_order_acquire))
-      stalloc_plan_destroy(take_result(on, st_now()));
-    return NULL;
-  }
   int done = -1;
-  if (closes) {
+  if (closes) { /* kept in pool mode too: the layout hints ask which kind comes next */
     done = note_kind(on, step_allocs);
     push_history(on, done);
     if (done >= 0) {
       on->kinds[done].seen++;
       on->kinds[done].last_seen = on->steps;
     }
+  }
+  if (on->state == STALLOC_ONLINE_POOL) {
+    /* a plan still being made when the pool took over: its record is completed, its plan dropped */
+    if (on->job && atomic_load_explicit(&on->job->done, memory_order_acquire))
+      stalloc_plan_destroy(take_result(on, st_now()));
+    return NULL;
   }
   if (on->recording) record_marker(on, marker);
 
@@ -646,6 +649,11 @@ int st_online_next_kind(st_online* on) {
       if (on->kinds[j].current) k = j;
   on->served = k;
   return k;
+}
+
+uint64_t st_online_expected_allocs(const st_online* on) {
+  int k = predict(on);
+  return k >= 0 ? on->kinds[k].allocs : 0;
 }
 
 void st_online_serving(st_online* on, int k) {

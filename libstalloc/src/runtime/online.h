@@ -20,6 +20,9 @@ stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_
 /* Waits for a planning thread still running and frees everything. */
 void st_online_destroy(st_online* on);
 
+/* Its parameters (the caller's, defaults filled in). */
+const stalloc_online_params_t* st_online_params(const st_online* on);
+
 /* True while steps are being recorded (alloc/free events are wanted). */
 bool st_online_recording(const st_online* on);
 /* The number of the current recording (0: none); a block remembers it to tell, at its free,
@@ -45,6 +48,10 @@ void st_online_switched(st_online* on, stalloc_status_t status, bool declined, u
 /* After each boundary: the kind whose plan serves the next step (predicted from the kinds seen
  * so far), or -1 for none. */
 int st_online_next_kind(st_online* on);
+
+/* The number of allocs of the kind of step expected next (from the kinds seen so far, with a
+ * plan or not), or 0. */
+uint64_t st_online_expected_allocs(const st_online* on);
 
 /* The step under way turned out to be of kind k (its first requests are that kind's plan's):
  * that plan serves it, and only it says how well that plan fits. */

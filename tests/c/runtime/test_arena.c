@@ -212,6 +212,48 @@ static void test_cached_list_stays_bounded(void) {
   teardown(&f);
 }
 
+/* alloc_at takes exactly the bytes asked for when all are free, grows the top to reach them,
+ * and refuses (changing nothing) a range with a taken byte, a misaligned one or one past the
+ * range; st_arena_taken lists what is in use. */
+static void test_alloc_at_takes_only_free_bytes(void) {
+  fixture f;
+  setup(&f);
+  void *p, *q, *r, *s;
+  st_arena_block *a, *b, *c, *d;
+  CHECK_OK(st_arena_alloc(f.arena, 4 * MiB, 0, &p, &a));
+  CHECK(!st_arena_alloc_at(f.arena, st_arena_offset(f.arena, p) + 8 * MiB, MiB, 0, &r, &c)); /* not indexed */
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &q, &b));
+  st_arena_free(f.arena, a, 0);                      /* a hole [0, 4 MiB) below b */
+  st_arena_index_addresses(f.arena);                  /* indexes the free blocks there are */
+  uint64_t base = st_arena_offset(f.arena, p);
+  CHECK(st_arena_offset(f.arena, q) == base + 4 * MiB);
+  CHECK(!st_arena_alloc_at(f.arena, base + 3 * MiB, 2 * MiB, 0, &r, &c)); /* runs into b */
+  CHECK(!st_arena_alloc_at(f.arena, base + 4 * MiB, 512, 0, &r, &c));     /* b itself */
+  CHECK(!st_arena_alloc_at(f.arena, base + 100, 512, 0, &r, &c));         /* misaligned */
+  CHECK(!st_arena_alloc_at(f.arena, 1ull << 34, 512, 0, &r, &c));         /* past the range */
+  CHECK(st_arena_alloc_at(f.arena, base + MiB, 2 * MiB, 0, &r, &c));      /* inside the hole */
+  CHECK((uint8_t*)r == (uint8_t*)p + MiB);
+  CHECK(st_arena_alloc_at(f.arena, base + 8 * MiB, MiB, 0, &s, &d));      /* past the top */
+  CHECK((uint8_t*)s == (uint8_t*)p + 8 * MiB);
+  uint64_t starts[4], sizes[4];
+  CHECK(st_arena_taken(f.arena, starts, sizes, 4) == 3);
+  CHECK(starts[0] == base + 8 * MiB && sizes[0] == MiB);
+  CHECK(starts[1] == base + 4 * MiB && starts[2] == base + MiB && sizes[2] == 2 * MiB);
+  /* the bytes around them are still free: best fit finds them */
+  void* t;
+  st_arena_block* e;
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &t, &e));
+  CHECK((uint8_t*)t == (uint8_t*)p || (uint8_t*)t == (uint8_t*)p + 3 * MiB);
+  st_arena_free(f.arena, e, 0);
+  st_arena_free(f.arena, c, 0);
+  st_arena_free(f.arena, d, 0);
+  CHECK(st_arena_alloc_at(f.arena, base, 5 * MiB, 0, &r, &c) == false); /* b is still there */
+  CHECK(st_arena_alloc_at(f.arena, base, 4 * MiB, 0, &r, &c));          /* the whole hole again */
+  st_arena_free(f.arena, c, 0);
+  st_arena_free(f.arena, b, 0);
+  teardown(&f);
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
@@ -219,5 +261,6 @@ int main(void) {
   RUN(test_pool_past_the_range);
   RUN(test_slab_chunks_share_granules);
   RUN(test_cached_list_stays_bounded);
+  RUN(test_alloc_at_takes_only_free_bytes);
   return 0;
 }

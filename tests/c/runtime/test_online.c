@@ -163,6 +163,50 @@ static void test_declined_when_the_pool_needs_less(void) {
   CHECK_OK(stalloc_allocator_destroy(a));
 }
 
+/* The peak reserved of ten training-like steps with the optimizer's state created between the
+ * second step's activations (as in test_declined_when_the_pool_needs_less), with or without
+ * layout hints. */
+static uint64_t peak_with_hints(int32_t hints, uint64_t* hinted_allocs) {
+  stalloc_allocator_t* a = make(1);
+  stalloc_online_params_t p;
+  stalloc_online_params_init(&p);
+  p.wait_for_plan = 1;
+  p.layout_hints = hints;
+  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  void* state[LAYERS];
+  for (uint64_t n = 0; n < 10; n++) {
+    CHECK_OK(stalloc_allocator_step_begin(a, n));
+    void *act[LAYERS], *tmp = NULL;
+    for (int i = 0; i < LAYERS; i++) {
+      CHECK_OK(stalloc_allocator_alloc(a, (size_t)(5 + i % 3) << 18, 0, 0, &act[i]));
+      if (tmp) CHECK_OK(stalloc_allocator_free(a, tmp)); /* a temporary lives past the next layer's */
+      CHECK_OK(stalloc_allocator_alloc(a, (size_t)(3 + i % 4) << 18, 0, 0, &tmp));
+      if (n == 1) CHECK_OK(stalloc_allocator_alloc(a, (size_t)(2 + i % 5) << 18, 0, 0, &state[i]));
+    }
+    CHECK_OK(stalloc_allocator_free(a, tmp));
+    for (int i = LAYERS - 1; i >= 0; i--) CHECK_OK(stalloc_allocator_free(a, act[i]));
+  }
+  stalloc_stats_t st;
+  stalloc_stats_init(&st);
+  CHECK_OK(stalloc_allocator_stats(a, &st));
+  for (int i = 0; i < LAYERS; i++) CHECK_OK(stalloc_allocator_free(a, state[i]));
+  CHECK_OK(stalloc_allocator_destroy(a));
+  *hinted_allocs = st.hinted_allocs;
+  return st.peak_reserved_bytes;
+}
+
+/* Layout hints: each step's requests go where a plan of the step before, placed around the
+ * state in use, put them, and on a run that repeats the pool never needs more than best fit
+ * alone (hints are kept only where they beat it on the step they came from). The hint
+ * thread's hand-over runs under the sanitizers in CI; tests/python/test_online.py measures
+ * what hints save on recorded runs. */
+static void test_layout_hints_follow_the_step_before(void) {
+  uint64_t used_off, used_on;
+  uint64_t best_fit = peak_with_hints(0, &used_off), hinted = peak_with_hints(1, &used_on);
+  CHECK(used_off == 0 && used_on > 0);
+  CHECK(hinted <= best_fit);
+}
+
 /* An evaluation pass: no kept activations, another batch shape, fewer allocs. */
 static void eval_pass(stalloc_allocator_t* a) {
   for (int i = 0; i < LAYERS / 2; i++) {
@@ -221,6 +265,7 @@ int main(void) {
   RUN(test_destroy_while_planning);
   RUN(test_misuse);
   RUN(test_declined_when_the_pool_needs_less);
+  RUN(test_layout_hints_follow_the_step_before);
   RUN(test_each_kind_of_step_gets_a_plan);
   return 0;
 }

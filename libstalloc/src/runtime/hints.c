@@ -1,0 +1,326 @@
+/* hints.c - layout hints for the growable pool (see hints.h, docs/online.md).
+ *
+ * Best fit knows nothing of lifetimes, and on a step's peak it leaves a hole, with its partly
+ * used granules, wherever a short-lived block sat among long-lived ones. The step before knew
+ * every lifetime: at each boundary a thread places that step's requests (their sizes and
+ * lifetimes by position) around the blocks in use at the boundary (fixed items: weights,
+ * optimizer state), with the planner's constructive placement, which is fast and the same on
+ * every machine. The next step's request at position j then goes to the offset position j got,
+ * if it has the same size and those bytes are free; else best fit.
+ *
+ * Hints are kept per kind of step (steps with the same number of allocs, as in online.c): a
+ * step takes the hints of the kind expected next, else the latest; while its first requests
+ * are those of another kind's hints, it takes those. A step unlike the one planned (sizes an
+ * MoE gate routes, a kind never seen) misses its hints, and they stop for the rest of it. The
+ * pool stays the only owner of its bytes: a hint is only a place to look first, so a wrong one
+ * costs memory, never safety. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "plan/place.h"
+#include "runtime/arena.h"
+#include "runtime/hints.h"
+
+#define LIVE UINT32_MAX /* freed_at of a block not freed in its step */
+#define SETS 4          /* kinds of step with hints of their own */
+#define PROBE 16        /* first requests of a step that may move it to another kind's hints */
+
+typedef struct hint_job {
+  st_place_item* items;  /* the step's requests, then the blocks in use as fixed items */
+  size_t requests, count;
+  uint64_t alignment;
+  uint64_t* offsets;     /* result */
+  uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
+  bool ok;
+  atomic_int done;
+} hint_job;
+
+typedef struct hint_set {
+  uint64_t* offset;      /* by position */
+  uint64_t* size;        /* aligned */
+  size_t count;          /* positions: the allocs of the step they came from (its kind) */
+  uint64_t made;         /* the step they came from */
+  uint32_t failed;       /* steps of this kind in a row whose hints stopped */
+  uint32_t skip;         /* steps of this kind still to serve without hints */
+} hint_set;
+
+struct st_hints {
+  uint64_t alignment;
+  bool wait;
+  uint32_t step;         /* the step under way */
+  bool spoiled;          /* some of its requests went elsewhere */
+  uint64_t* sizes;       /* the step under way: each position's aligned size */
+  uint32_t* freed_at;    /* allocs before its free, or LIVE */
+  size_t n, cap;
+  hint_set sets[SETS];
+  int active;            /* the set serving the step under way, or -1 */
+  uint32_t hits, misses;
+  hint_job* job;
+  pthread_t thread;
+  bool thread_live;
+};
+
+stalloc_status_t st_hints_create(uint64_t alignment, bool wait, st_hints** out) {
+  st_hints* h = calloc(1, sizeof *h);
+  if (!h) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "hints: no host memory");
+  h->alignment = alignment ? alignment : 1;
+  h->wait = wait;
+  h->step = 1;
+  h->active = -1;
+  *out = h;
+  return STALLOC_OK;
+}
+
+static void free_job(hint_job* job) {
+  if (!job) return;
+  free(job->items);
+  free(job->offsets);
+  free(job);
+}
+
+static void join(st_hints* h) {
+  if (h->thread_live) {
+    pthread_join(h->thread, NULL);
+    h->thread_live = false;
+  }
+}
+
+static void clear_set(hint_set* s) {
+  free(s->offset);
+  free(s->size);
+  *s = (hint_set){0};
+}
+
+void st_hints_destroy(st_hints* h) {
+  if (!h) return;
+  join(h);
+  free_job(h->job);
+  free(h->sizes);
+  free(h->freed_at);
+  for (int i = 0; i < SETS; i++) clear_set(&h->sets[i]);
+  free(h);
+}
+
+uint32_t st_hints_step(const st_hints* h) { return h->step; }
+
+/* The set of hints made from steps of `count` allocs, or -1. */
+static int set_of(const st_hints* h, size_t count) {
+  for (int i = 0; i < SETS; i++)
+    if (h->sets[i].offset && h->sets[i].count == count) return i;
+  return -1;
+}
+
+/* The finished job's offsets become the hints of its kind (in place of the oldest set, for a
+ * kind with none); they serve the step under way from its current position on. */
+static void adopt(st_hints* h) {
+  hint_job* job = h->job;
+  join(h);
+  h->job = NULL;
+  uint64_t* size = job->ok ? malloc((job->requests ? job->requests : 1) * sizeof *size) : NULL;
+  if (size) {
+    int i = set_of(h, job->requests);
+    for (int j = 0; j < SETS && i < 0; j++)
+      if (!h->sets[j].offset) i = j;
+    if (i < 0) { /* the kind whose hints are oldest gives its place */
+      i = 0;
+      for (int j = 1; j < SETS; j++)
+        if (h->sets[j].made < h->sets[i].made) i = j;
+    }
+    hint_set was = h->sets[i];
+    bool same = was.offset && was.count == job->requests;
+    clear_set(&h->sets[i]);
+    for (size_t j = 0; j < job->requests; j++) size[j] = job->items[j].size;
+    h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
+                            same ? was.skip : 0};
+    job->offsets = NULL;
+    if (h->active < 0 || h->active == i) h->active = i; /* a step under way keeps its kind's */
+  }
+  free_job(job);
+}
+
+/* Within a step's first requests: another kind's hints whose start is the step's own. */
+static void recognise(st_hints* h) {
+  for (int i = 0; i < SETS; i++) {
+    const hint_set* s = &h->sets[i];
+    if (i == h->active || !s->offset || s->count < h->n) continue;
+    if (memcmp(s->size, h->sizes, h->n * sizeof *h->sizes) == 0) {
+      h->active = i;
+      h->misses = 0;
+      return;
+    }
+  }
+}
+
+static bool stopped(const st_hints* h) { return h->misses >= 2 && h->misses > h->hits / 4; }
+
+uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
+  *offset = UINT64_MAX;
+  if (h->job && atomic_load_explicit(&h->job->done, memory_order_acquire)) adopt(h);
+  uint64_t need = st_align_up(size, h->alignment);
+  uint32_t position = LIVE;
+  if (!h->spoiled && h->n < UINT32_MAX - 1) {
+    if (h->n == h->cap) {
+      size_t cap = h->cap ? 2 * h->cap : 1024;
+      uint64_t* s = realloc(h->sizes, cap * sizeof *s);
+      if (s) h->sizes = s;
+      uint32_t* f = s ? realloc(h->freed_at, cap * sizeof *f) : NULL;
+      if (f) {
+        h->freed_at = f;
+        h->cap = cap;
+      } else { /* no host memory: this step is not planned from */
+        h->spoiled = true;
+      }
+    }
+    if (!h->spoiled) {
+      h->sizes[h->n] = need;
+      h->freed_at[h->n] = LIVE;
+      position = (uint32_t)h->n++;
+    }
+  }
+  if (h->active < 0 || position == LIVE) return position;
+  const hint_set* s = &h->sets[h->active];
+  if (position < s->count && s->size[position] != need && position < PROBE) recognise(h);
+  s = &h->sets[h->active];
+  if (position >= s->count || stopped(h)) return position;
+  if (s->size[position] == need) *offset = s->offset[position];
+  else h->misses++; /* another size there: not the step planned */
+  return position;
+}
+
+void st_hints_outcome(st_hints* h, bool taken) {
+  if (taken) h->hits++;
+  else h->misses++;
+}
+
+void st_hints_freed(st_hints* h, uint32_t step, uint32_t position) {
+  if (step == h->step && !h->spoiled && position < h->n) h->freed_at[position] = (uint32_t)h->n;
+}
+
+void st_hints_spoil(st_hints* h) { h->spoiled = true; }
+
+bool st_hints_wants_layout(const st_hints* h) { return !h->spoiled && h->n && !h->job; }
+
+/* The most bytes of granules the step needed, replayed on a private arena over the virtual
+ * backend (nothing mapped for real) with the blocks in use where they are, each request at its
+ * hinted offset (offsets non-NULL) or by best fit; 0 if the replay could not run. */
+static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets) {
+  size_t n = job->requests;
+  uint64_t top = 0, sum = 0;
+  for (size_t i = 0; i < job->count; i++) {
+    uint64_t at = i < n ? (offsets ? job->offsets[i] : 0) : job->items[i].fixed_offset;
+    top = ST_MAX(top, at + job->items[i].size);
+    sum += job->items[i].size;
+  }
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_VIRTUAL;
+  o.virtual_capacity = st_align_up(top + sum + job->alignment, 2ull << 20) + (4ull << 20);
+  const backend_ops* ops = st_backend_get(STALLOC_BACKEND_VIRTUAL);
+  void* backend = NULL;
+  backend_caps caps;
+  st_budget budget = {0};
+  st_arena* arena = NULL;
+  st_arena_block** blocks = calloc(n ? n : 1, sizeof *blocks);
+  size_t* by_free = malloc((n + 2) * sizeof *by_free); /* requests bucketed by their free */
+  size_t* order = malloc((n ? n : 1) * sizeof *order);
+  uint64_t peak = 0;
+  if (!blocks || !by_free || !order || ops->create(&o, &backend, &caps)) goto out;
+  if (st_arena_create(ops, backend, &caps, job->alignment, o.virtual_capacity - (2ull << 20), &budget, &arena)) goto out;
+  st_arena_index_addresses(arena);
+  void* p;
+  st_arena_block* b;
+  for (size_t i = n; i < job->count; i++) /* the blocks in use, where they are */
+    if (!st_arena_alloc_at(arena, job->items[i].fixed_offset, job->items[i].size, 0, &p, &b)) goto out;
+  memset(by_free, 0, (n + 2) * sizeof *by_free);
+  for (size_t j = 0; j < n; j++) by_free[job->items[j].upper]++;
+  for (size_t t = 1; t < n + 2; t++) by_free[t] += by_free[t - 1];
+  for (size_t j = n; j-- > 0;) order[--by_free[job->items[j].upper]] = j;
+  size_t next = 0; /* by_free[t]: the first request in `order` freed at alloc index t */
+  for (size_t t = 0; t < n; t++) {
+    for (; next < n && job->items[order[next]].upper <= t; next++) st_arena_free(arena, blocks[order[next]], 0);
+    const st_place_item* it = &job->items[t];
+    if (!(offsets && st_arena_alloc_at(arena, offsets[t], it->size, 0, &p, &blocks[t])) &&
+        st_arena_alloc(arena, it->size, 0, &p, &blocks[t]))
+      goto out;
+  }
+  peak = budget.peak_reserved;
+out:
+  st_arena_destroy(arena);
+  if (backend) ops->destroy(backend);
+  st_clear_error();
+  free(blocks);
+  free(by_free);
+  free(order);
+  return peak;
+}
+
+static void* place_thread(void* arg) {
+  hint_job* job = arg;
+  st_place_params p = {.alignment = job->alignment, .time_limit = 0, .cancel = NULL};
+  st_place_result r;
+  job->ok = st_place(job->items, job->count, &p, job->offsets, &r) == STALLOC_OK;
+  if (job->ok) { /* kept only where they beat best fit on the step they came from */
+    job->hinted = replayed_peak(job, job->offsets);
+    job->best_fit = replayed_peak(job, NULL);
+    job->ok = job->hinted && job->best_fit && job->hinted < job->best_fit;
+  }
+  st_clear_error();
+  atomic_store_explicit(&job->done, 1, memory_order_release);
+  return NULL;
+}
+
+/* A job placing the step that ended around the blocks in use; NULL: no host memory. */
+static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* sizes, size_t taken) {
+  hint_job* job = calloc(1, sizeof *job);
+  size_t n = h->n, count = n + taken;
+  if (job) {
+    job->items = malloc(count * sizeof *job->items);
+    job->offsets = malloc(count * sizeof *job->offsets);
+  }
+  if (!job || !job->items || !job->offsets) {
+    free_job(job);
+    return NULL;
+  }
+  uint64_t end = (uint64_t)n + 1; /* what lives past the step lives to its end */
+  for (size_t j = 0; j < n; j++) {
+    uint64_t freed = h->freed_at[j] == LIVE ? end : ST_MAX((uint64_t)h->freed_at[j], (uint64_t)j + 1);
+    job->items[j] = (st_place_item){j, freed, h->sizes[j], PLACE_FREE};
+  }
+  for (size_t i = 0; i < taken; i++) job->items[n + i] = (st_place_item){0, end, sizes[i], starts[i]};
+  job->requests = n;
+  job->count = count;
+  job->alignment = h->alignment;
+  return job;
+}
+
+void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, size_t count, uint64_t expected) {
+  if (h->active >= 0 && (h->hits || h->misses)) { /* how the step's hints did */
+    hint_set* used = &h->sets[h->active];
+    if (stopped(h)) { /* back off: the next 1, 3, 7, ... steps of its kind go without */
+      used->failed = ST_MIN(used->failed + 1, 6u);
+      used->skip = (1u << used->failed) - 1;
+    } else {
+      used->failed = 0;
+    }
+  }
+  if (starts && st_hints_wants_layout(h) && (h->job = make_job(h, starts, sizes, count))) {
+    if (pthread_create(&h->thread, NULL, place_thread, h->job) == 0) h->thread_live = true;
+    else place_thread(h->job);
+  }
+  free(starts);
+  free(sizes);
+  if (h->job && (h->wait || atomic_load_explicit(&h->job->done, memory_order_acquire))) adopt(h);
+  int k = expected ? set_of(h, expected) : -1;
+  if (k >= 0) h->active = k; /* else the latest hints made */
+  if (h->active >= 0 && h->sets[h->active].skip) { /* its hints stopped in its last steps */
+    h->sets[h->active].skip--;
+    h->active = -1;
+  }
+  h->step++;
+  h->spoiled = false;
+  h->n = 0;
+  h->hits = h->misses = 0;
+}

@@ -1,0 +1,37 @@
+/* hints.h - layout hints for the growable pool (hints.c): each request of a step goes where
+ * a plan of the step before put the request at its position, around the blocks that lived
+ * across the boundary, when those bytes are free. Called by allocator.c with its lock held. */
+#ifndef STALLOC_HINTS_H
+#define STALLOC_HINTS_H
+
+#include "base/internal.h"
+
+typedef struct st_hints st_hints;
+
+/* wait: a boundary waits for the hints it started (replay: figures that do not depend on the
+ * machine); else they apply from the first request after they are ready. */
+stalloc_status_t st_hints_create(uint64_t alignment, bool wait, st_hints** out);
+/* Waits for a hint thread still running and frees everything. */
+void st_hints_destroy(st_hints* h);
+
+/* The number of the step under way (a block remembers it for its free). */
+uint32_t st_hints_step(const st_hints* h);
+/* A request the growable pool serves, at the next position of the step: its position (for
+ * st_hints_freed); *offset is where the hints put it, or UINT64_MAX for none. */
+uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset);
+/* Whether the hinted place was free (false: it went where best fit put it). Hints that miss
+ * too often stop for the rest of the step: the step is not like the one they came from. */
+void st_hints_outcome(st_hints* h, bool taken);
+/* The block at `position` of step `step` was freed. */
+void st_hints_freed(st_hints* h, uint32_t step, uint32_t position);
+/* A request of the step went elsewhere (a plan served it): the step is not planned from. */
+void st_hints_spoil(st_hints* h);
+/* Whether the boundary coming would plan the step that ends there (then the caller passes the
+ * blocks in use to st_hints_boundary). */
+bool st_hints_wants_layout(const st_hints* h);
+/* A step boundary: plans the step that ended around the `count` blocks in use (offsets and
+ * sizes, taken over by the hints; NULL with count 0 when not wanted) on a thread. `expected`:
+ * the number of allocs of the kind of step expected next (0: not known). */
+void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, size_t count, uint64_t expected);
+
+#endif
