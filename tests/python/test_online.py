@@ -256,6 +256,10 @@ def test_layout_hints_never_share_bytes():
     for name in ["changing/llama_dynpad.npz", "changing/llama_eval.npz", "mixtral_1f1b.npz"]:
         r = replay(scaled_trace(name, 64), online=True)
         assert r["peak_reserved"] >= r["peak_allocated"]
+    # gpt2_eval x256 switches to plans: steps a plan serves are not planned from, and blocks of
+    # the steps before them are freed while the plans serve.
+    r = replay(scaled_trace("changing/gpt2_eval.npz", 256), online=True)
+    assert any(p["switched_step"] != NEVER for p in r["plans"])
     r = replay(shaped_run([1, 2, 1, 3, 1, 2, 2, 2]), online=True, backend="host", check=True)
     assert r["checked_events"] == r["requests"]
 

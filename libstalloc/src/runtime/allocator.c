@@ -660,22 +660,24 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
 /* The layout hints at a step boundary: the step that ended is planned around the blocks in
  * use, if the hints want it. Lock held. */
 static void hints_step(stalloc_allocator_t* a) {
-  uint64_t *starts = NULL, *sizes = NULL;
+  uint64_t *starts = NULL, *sizes = NULL, *tags = NULL;
   size_t n = 0;
   if (st_hints_wants_layout(a->hints)) {
-    n = st_arena_taken(a->arena, NULL, NULL, 0);
+    n = st_arena_taken(a->arena, NULL, NULL, NULL, 0);
     starts = malloc((n ? n : 1) * sizeof *starts);
     sizes = malloc((n ? n : 1) * sizeof *sizes);
-    if (starts && sizes) {
-      st_arena_taken(a->arena, starts, sizes, n);
+    tags = malloc((n ? n : 1) * sizeof *tags);
+    if (starts && sizes && tags) {
+      st_arena_taken(a->arena, starts, sizes, tags, n);
     } else { /* no host memory: no hints from this step */
       free(starts);
       free(sizes);
-      starts = sizes = NULL;
+      free(tags);
+      starts = sizes = tags = NULL;
       n = 0;
     }
   }
-  st_hints_boundary(a->hints, starts, sizes, n, st_online_expected_allocs(a->online));
+  st_hints_boundary(a->hints, starts, sizes, tags, n, st_online_expected_allocs(a->online));
   if (a->runtime) st_hints_spoil(a->hints); /* a plan serves the step: not one to plan from */
 }
 

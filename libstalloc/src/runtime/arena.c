@@ -759,13 +759,14 @@ bool st_arena_alloc_at(st_arena* a, uint64_t offset, uint64_t size, uint64_t str
   return true;
 }
 
-size_t st_arena_taken(const st_arena* a, uint64_t* starts, uint64_t* sizes, size_t capacity) {
+size_t st_arena_taken(const st_arena* a, uint64_t* starts, uint64_t* sizes, uint64_t* tags, size_t capacity) {
   size_t n = 0;
   for (const st_arena_block* b = a->last; b; b = b->prev)
     if (b->state != AR_FREE) {
       if (n < capacity) {
         starts[n] = b->start;
         sizes[n] = b->size;
+        if (tags) tags[n] = b->state == AR_USED ? b->tag : 0;
       }
       n++;
     }

@@ -29,9 +29,11 @@ void st_arena_index_addresses(st_arena* arena);
  * last step would. */
 bool st_arena_alloc_at(st_arena* arena, uint64_t offset, uint64_t size, uint64_t stream, void** ptr,
                        st_arena_block** block);
-/* The blocks in use (live blocks and plan regions) as offsets and sizes, the highest first;
- * returns how many there are (only the first `capacity` are written). */
-size_t st_arena_taken(const st_arena* arena, uint64_t* starts, uint64_t* sizes, size_t capacity);
+/* The blocks in use (live blocks and plan regions) as offsets, sizes and (tags non-NULL) tags
+ * (0 for a region), the highest first; returns how many there are (only the first `capacity`
+ * are written). */
+size_t st_arena_taken(const st_arena* arena, uint64_t* starts, uint64_t* sizes, uint64_t* tags,
+                      size_t capacity);
 /* A word the arena keeps for the user of a live block (0 when it is handed out). */
 uint64_t* st_arena_tag(st_arena_block* block);
 /* The offset of ptr (inside the arena's range) from its first byte. */

@@ -55,6 +55,13 @@ struct st_hints {
   uint64_t* sizes;       /* the step under way: each position's aligned size */
   uint32_t* freed_at;    /* allocs before its free, or LIVE */
   size_t n, cap;
+  /* The blocks the step before left live, in order of position: their sizes, and the allocs
+   * of the step under way before each one's free (LIVE: not yet); see predict_frees. */
+  uint32_t* rank_of;     /* by position in the step before: its rank among those, or LIVE */
+  size_t rank_count;     /* positions in rank_of */
+  uint64_t* crossed_size;
+  uint32_t* crossed_at;
+  size_t crossed;
   hint_set sets[SETS];
   int active;            /* the set serving the step under way, or -1 */
   uint32_t hits, misses;
@@ -100,6 +107,9 @@ void st_hints_destroy(st_hints* h) {
   free_job(h->job);
   free(h->sizes);
   free(h->freed_at);
+  free(h->rank_of);
+  free(h->crossed_size);
+  free(h->crossed_at);
   for (int i = 0; i < SETS; i++) clear_set(&h->sets[i]);
   free(h);
 }
@@ -197,6 +207,8 @@ void st_hints_outcome(st_hints* h, bool taken) {
 
 void st_hints_freed(st_hints* h, uint32_t step, uint32_t position) {
   if (step == h->step && !h->spoiled && position < h->n) h->freed_at[position] = (uint32_t)h->n;
+  else if (step + 1 == h->step && position < h->rank_count && h->rank_of[position] != LIVE)
+    h->crossed_at[h->rank_of[position]] = (uint32_t)h->n;
 }
 
 void st_hints_spoil(st_hints* h) { h->spoiled = true; }
@@ -223,24 +235,24 @@ static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets) {
   backend_caps caps;
   st_budget budget = {0};
   st_arena* arena = NULL;
-  st_arena_block** blocks = calloc(n ? n : 1, sizeof *blocks);
-  size_t* by_free = malloc((n + 2) * sizeof *by_free); /* requests bucketed by their free */
-  size_t* order = malloc((n ? n : 1) * sizeof *order);
+  st_arena_block** blocks = calloc(job->count ? job->count : 1, sizeof *blocks);
+  size_t* by_free = malloc((n + 2) * sizeof *by_free); /* items bucketed by their free */
+  size_t* order = malloc((job->count ? job->count : 1) * sizeof *order);
   uint64_t peak = 0;
   if (!blocks || !by_free || !order || ops->create(&o, &backend, &caps)) goto out;
   if (st_arena_create(ops, backend, &caps, job->alignment, o.virtual_capacity - (2ull << 20), &budget, &arena)) goto out;
   st_arena_index_addresses(arena);
   void* p;
-  st_arena_block* b;
   for (size_t i = n; i < job->count; i++) /* the blocks in use, where they are */
-    if (!st_arena_alloc_at(arena, job->items[i].fixed_offset, job->items[i].size, 0, &p, &b)) goto out;
+    if (!st_arena_alloc_at(arena, job->items[i].fixed_offset, job->items[i].size, 0, &p, &blocks[i])) goto out;
   memset(by_free, 0, (n + 2) * sizeof *by_free);
-  for (size_t j = 0; j < n; j++) by_free[job->items[j].upper]++;
+  for (size_t j = 0; j < job->count; j++) by_free[job->items[j].upper]++;
   for (size_t t = 1; t < n + 2; t++) by_free[t] += by_free[t - 1];
-  for (size_t j = n; j-- > 0;) order[--by_free[job->items[j].upper]] = j;
-  size_t next = 0; /* by_free[t]: the first request in `order` freed at alloc index t */
+  for (size_t j = job->count; j-- > 0;) order[--by_free[job->items[j].upper]] = j;
+  size_t next = 0; /* items in order of their frees (at the alloc index `upper`) */
   for (size_t t = 0; t < n; t++) {
-    for (; next < n && job->items[order[next]].upper <= t; next++) st_arena_free(arena, blocks[order[next]], 0);
+    for (; next < job->count && job->items[order[next]].upper <= t; next++)
+      st_arena_free(arena, blocks[order[next]], 0);
     const st_place_item* it = &job->items[t];
     if (!(offsets && st_arena_alloc_at(arena, offsets[t], it->size, 0, &p, &blocks[t])) &&
         st_arena_alloc(arena, it->size, 0, &p, &blocks[t]))
@@ -272,8 +284,58 @@ static void* place_thread(void* arg) {
   return NULL;
 }
 
+#define FOR_GOOD (1u << 31) /* in sized.index: a block not freed in the step after its own */
+
+typedef struct sized {
+  uint64_t size;
+  uint32_t index;
+} sized;
+
+static int cmp_sized(const void* a, const void* b) {
+  const sized *x = a, *y = b;
+  if (x->size != y->size) return x->size < y->size ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+/* When each block the step that ended leaves live will be freed in the next (allocs before its
+ * free, by position; LIVE: not known): as the block the step before left live was freed in this
+ * one, paired size by size in order (a gradient at the next zero_grad, a data batch). NULL: no
+ * host memory, or nothing to pair. */
+static uint32_t* predict_frees(const st_hints* h) {
+  size_t n = h->n, c = 0;
+  for (size_t j = 0; j < n; j++) c += h->freed_at[j] == LIVE;
+  if (!c || !h->crossed) return NULL;
+  uint32_t* goes = malloc(n * sizeof *goes);
+  sized* now = malloc(c * sizeof *now);
+  sized* before = malloc(h->crossed * sizeof *before);
+  if (goes && now && before && h->crossed < FOR_GOOD) {
+    for (size_t j = 0, i = 0; j < n; j++) {
+      goes[j] = LIVE;
+      if (h->freed_at[j] == LIVE) now[i++] = (sized){h->sizes[j], (uint32_t)j};
+    }
+    /* within a size, those that were freed first: a step's first blocks that live on for
+     * good (created once, in the warm-up) are not what the next step frees */
+    for (size_t k = 0; k < h->crossed; k++)
+      before[k] = (sized){h->crossed_size[k], (uint32_t)k | (h->crossed_at[k] == LIVE ? FOR_GOOD : 0)};
+    qsort(now, c, sizeof *now, cmp_sized);
+    qsort(before, h->crossed, sizeof *before, cmp_sized);
+    for (size_t i = 0, k = 0; i < c && k < h->crossed;) {
+      if (now[i].size < before[k].size) i++;
+      else if (now[i].size > before[k].size) k++;
+      else goes[now[i++].index] = h->crossed_at[before[k++].index & ~FOR_GOOD];
+    }
+  } else {
+    free(goes);
+    goes = NULL;
+  }
+  free(now);
+  free(before);
+  return goes;
+}
+
 /* A job placing the step that ended around the blocks in use; NULL: no host memory. */
-static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* sizes, size_t taken) {
+static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* sizes, const uint64_t* tags,
+                          size_t taken) {
   hint_job* job = calloc(1, sizeof *job);
   size_t n = h->n, count = n + taken;
   if (job) {
@@ -289,14 +351,48 @@ static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* s
     uint64_t freed = h->freed_at[j] == LIVE ? end : ST_MAX((uint64_t)h->freed_at[j], (uint64_t)j + 1);
     job->items[j] = (st_place_item){j, freed, h->sizes[j], PLACE_FREE};
   }
-  for (size_t i = 0; i < taken; i++) job->items[n + i] = (st_place_item){0, end, sizes[i], starts[i]};
+  uint32_t* goes = predict_frees(h);
+  for (size_t i = 0; i < taken; i++) {
+    uint64_t upper = end, tag = tags ? tags[i] : 0;
+    uint32_t position = (uint32_t)tag;
+    if (goes && tag >> 32 == h->step && position < n && goes[position] != LIVE) upper = goes[position];
+    job->items[n + i] = (st_place_item){0, upper, sizes[i], starts[i]};
+  }
+  free(goes);
   job->requests = n;
   job->count = count;
   job->alignment = h->alignment;
   return job;
 }
 
-void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, size_t count, uint64_t expected) {
+/* The blocks the step that ended leaves live, for the next step to say when they go. */
+static void note_crossing(st_hints* h) {
+  free(h->rank_of);
+  free(h->crossed_size);
+  free(h->crossed_at);
+  h->rank_of = NULL;
+  h->crossed_size = NULL;
+  h->crossed_at = NULL;
+  h->rank_count = h->crossed = 0;
+  size_t n = h->spoiled ? 0 : h->n, c = 0;
+  for (size_t j = 0; j < n; j++) c += h->freed_at[j] == LIVE;
+  if (!c) return;
+  h->rank_of = malloc(n * sizeof *h->rank_of);
+  h->crossed_size = malloc(c * sizeof *h->crossed_size);
+  h->crossed_at = malloc(c * sizeof *h->crossed_at);
+  if (!h->rank_of || !h->crossed_size || !h->crossed_at) return; /* freed at the next boundary */
+  for (size_t j = 0; j < n; j++) {
+    h->rank_of[j] = LIVE;
+    if (h->freed_at[j] != LIVE) continue;
+    h->rank_of[j] = (uint32_t)h->crossed;
+    h->crossed_size[h->crossed] = h->sizes[j];
+    h->crossed_at[h->crossed++] = LIVE;
+  }
+  h->rank_count = n;
+}
+
+void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t* tags, size_t count,
+                       uint64_t expected) {
   if (h->active >= 0 && (h->hits || h->misses)) { /* how the step's hints did */
     hint_set* used = &h->sets[h->active];
     if (stopped(h)) { /* back off: the next 1, 3, 7, ... steps of its kind go without */
@@ -306,12 +402,15 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, size_t co
       used->failed = 0;
     }
   }
-  if (starts && st_hints_wants_layout(h) && (h->job = make_job(h, starts, sizes, count))) {
+  if (starts && st_hints_wants_layout(h) && (h->job = make_job(h, starts, sizes, tags, count))) {
     if (pthread_create(&h->thread, NULL, place_thread, h->job) == 0) h->thread_live = true;
     else place_thread(h->job);
   }
   free(starts);
   free(sizes);
+  free(tags);
+  /* the blocks of the step that ended: when they go in the next */
+  note_crossing(h);
   if (h->job && (h->wait || atomic_load_explicit(&h->job->done, memory_order_acquire))) adopt(h);
   int k = expected ? set_of(h, expected) : -1;
   if (k >= 0) h->active = k; /* else the latest hints made */

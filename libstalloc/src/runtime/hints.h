@@ -22,16 +22,18 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset);
 /* Whether the hinted place was free (false: it went where best fit put it). Hints that miss
  * too often stop for the rest of the step: the step is not like the one they came from. */
 void st_hints_outcome(st_hints* h, bool taken);
-/* The block at `position` of step `step` was freed. */
+/* The block at `position` of step `step` was freed (of the step before the one under way: when
+ * in the step under way, which says when such a block goes in the next step). */
 void st_hints_freed(st_hints* h, uint32_t step, uint32_t position);
 /* A request of the step went elsewhere (a plan served it): the step is not planned from. */
 void st_hints_spoil(st_hints* h);
 /* Whether the boundary coming would plan the step that ends there (then the caller passes the
  * blocks in use to st_hints_boundary). */
 bool st_hints_wants_layout(const st_hints* h);
-/* A step boundary: plans the step that ended around the `count` blocks in use (offsets and
- * sizes, taken over by the hints; NULL with count 0 when not wanted) on a thread. `expected`:
- * the number of allocs of the kind of step expected next (0: not known). */
-void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, size_t count, uint64_t expected);
+/* A step boundary: plans the step that ended around the `count` blocks in use (offsets, sizes
+ * and arena tags, taken over by the hints; NULL with count 0 when not wanted) on a thread.
+ * `expected`: the number of allocs of the kind of step expected next (0: not known). */
+void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t* tags, size_t count,
+                       uint64_t expected);
 
 #endif

@@ -235,8 +235,10 @@ static void test_alloc_at_takes_only_free_bytes(void) {
   CHECK((uint8_t*)r == (uint8_t*)p + MiB);
   CHECK(st_arena_alloc_at(f.arena, base + 8 * MiB, MiB, 0, &s, &d));      /* past the top */
   CHECK((uint8_t*)s == (uint8_t*)p + 8 * MiB);
-  uint64_t starts[4], sizes[4];
-  CHECK(st_arena_taken(f.arena, starts, sizes, 4) == 3);
+  uint64_t starts[4], sizes[4], tags[4];
+  *st_arena_tag(d) = 7;
+  CHECK(st_arena_taken(f.arena, starts, sizes, tags, 4) == 3);
+  CHECK(tags[0] == 7 && tags[1] == 0);
   CHECK(starts[0] == base + 8 * MiB && sizes[0] == MiB);
   CHECK(starts[1] == base + 4 * MiB && starts[2] == base + MiB && sizes[2] == 2 * MiB);
   /* the bytes around them are still free: best fit finds them */
