@@ -13,8 +13,11 @@ Waste = peak reserved - peak allocated. Plans: switched (s) or declined (d) per 
 from plans: the share of the run's requested bytes served at their planned offsets (the rest came
 from the growable pool: on a GPU the plan's hits are the fast path); plan ms: the longest
 planning time; delay ms: the longest wait at a boundary for a plan (a replay waits; a live run
-switches at the first boundary after planning is done instead). --scale K multiplies every size
-by K (the allocation order unchanged), as bench_compare.py does.
+switches at the first boundary after planning is done instead); hints: layouts the growable
+pool's layout hints kept / made (one per step it served whole), hint ms: the longest one took
+on the hints' thread (placement and two replays of the step). --scale K multiplies every size
+by K (the allocation order unchanged), as bench_compare.py does; --layout-hints 0 turns the hints
+off (best fit alone).
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ def row(path: Path, growable: bool, scale: int = 1, hints: int = 1) -> dict:
     return dict(trace=path.stem, lb=t.lower_bound, torch=torch, expandable=expandable, waste=waste,
                 plans=plans or "none", from_plans=from_plans,
                 plan_ms=max((p["plan_seconds"] for p in r["plans"]), default=0) * 1e3,
-                delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3)
+                delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3,
+                hints=f"{r['hint_layouts_kept']}/{r['hint_layouts']}", hint_ms=r["hint_seconds_max"] * 1e3)
 
 
 def main() -> None:
@@ -73,7 +77,7 @@ def main() -> None:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
     head = (f"{'trace':<24} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} {'expandable waste':>16} "
             f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
-            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8}")
+            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8}")
     print(head + "\n" + "-" * len(head))
     vs_ex, shares = [], []
     for p in paths:
@@ -85,7 +89,7 @@ def main() -> None:
         floor = -(-r["lb"] // (2 << 20)) * (2 << 20) - r["lb"]  # the lower bound in whole 2 MiB granules
         print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(floor):>11} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
               f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['from_plans']:>10.1%} "
-              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f}")
+              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f}")
     print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
           f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces; "
           f"bytes from plans: mean {statistics.mean(shares):.1%}, some on {sum(v > 0 for v in shares)}")

@@ -223,7 +223,10 @@ class Allocator(OwnedHandle):
         return {"state": self.ONLINE_STATES.get(int(info.state), str(int(info.state))),
                 "plans_switched": int(info.plans_switched), "steps": int(info.steps),
                 "plan_records": int(info.plan_records), "recording": bool(info.recording),
-                "step_kinds": int(info.step_kinds)}
+                "step_kinds": int(info.step_kinds), "hint_layouts": int(info.hint_layouts),
+                "hint_layouts_kept": int(info.hint_layouts_kept),
+                "hint_seconds_max": float(info.hint_seconds_max),
+                "hint_seconds_total": float(info.hint_seconds_total)}
 
     def online_plans(self) -> list[dict]:
         """The plans the lifecycle made, oldest first, as ``stalloc replay --online --json``

@@ -22,7 +22,7 @@ __all__ = ["ONLINE_DEFAULTS", "PLAN_RECORD_KEYS", "RESULT_KEYS", "STEP_KEYS", "p
 RESULT_KEYS = (
     "peak_allocated", "peak_reserved", "fragmentation", "hits", "misses", "fallbacks",
     "resyncs", "dynamic", "tiny", "pool_size", "lower_bound", "events", "requests",
-    "checked_events", "seconds",
+    "checked_events", "seconds", "hinted", "hint_layouts", "hint_layouts_kept", "hint_seconds_max",
 )
 
 

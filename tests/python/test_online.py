@@ -247,6 +247,11 @@ def test_layout_hints_lower_a_first_runs_waste(name):
     for hints in (0, 1):
         r = replay(t, online={"layout_hints": hints})
         waste[hints] = r["peak_reserved"] - r["peak_allocated"]
+        if hints:  # one layout per step the pool served whole, some kept and followed
+            assert r["hint_layouts"] >= 3 and 0 < r["hint_layouts_kept"] <= r["hint_layouts"]
+            assert r["hinted"] > 0 and r["hint_seconds_max"] > 0
+        else:
+            assert r["hint_layouts"] == r["hinted"] == 0
     assert waste[1] < waste[0] / 2
 
 

@@ -36,7 +36,9 @@ def run(args) -> int:
         ("slab (tiny)", f"{r['tiny']:,}"),
         ("requests", f"{r['requests']:,}"),
         ("checks", f"overlap after {r['checked_events']:,} allocs" + (", data patterns" if args.check else "")),
-    ], title=f"{args.trace}" + (" online (record, plan, switch, re-plan)" if args.online else
+    ] + ([("layout hints", f"{r['hinted']:,} requests placed by them; {r['hint_layouts_kept']:,} of "
+                           f"{r['hint_layouts']:,} layouts kept, the longest took "
+                           f"{r['hint_seconds_max'] * 1e3:.1f} ms")] if args.online else []), title=f"{args.trace}" + (" online (record, plan, switch, re-plan)" if args.online else
                                  f" with {args.plan}" if args.plan else " (no plan: fallback pool)"))
     if args.online:
         print()

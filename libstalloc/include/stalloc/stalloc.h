@@ -538,6 +538,11 @@ typedef struct stalloc_online_info {
   int32_t recording;         /* 1 while steps are being recorded for a (re-)plan */
   int32_t step_kinds;        /* kinds of step (same allocs per step: training, evaluation)
                                 served from a plan of their own now */
+  uint64_t hint_layouts;     /* layouts the layout hints made (one per step the growable pool
+                                served whole, on their thread) */
+  uint64_t hint_layouts_kept;/* of those, kept: they beat best fit on the step they came from */
+  double hint_seconds_max;   /* the longest one took (placement and the two replays) */
+  double hint_seconds_total;
 } stalloc_online_info_t;
 
 /* One plan the lifecycle made: when, from what, how long it took, and when it was used. */
@@ -607,6 +612,11 @@ typedef struct stalloc_replay_result {
   uint64_t checked_events;    /* events after which the overlap check ran */
   double seconds;             /* wall time of the replay, checks included */
   uint64_t timeline_count;    /* timeline entries written (<= options.timeline_points) */
+  uint64_t hinted;            /* online: requests the growable pool placed where layout hints
+                                 put them */
+  uint64_t hint_layouts;      /* online: layouts the hints made, and kept (stalloc_online_info_t) */
+  uint64_t hint_layouts_kept;
+  double hint_seconds_max;    /* online: the longest a layout took on the hints' thread */
 } stalloc_replay_result_t;
 
 /* One step of a replay: the events from one step marker to the next (the first also holds

@@ -717,13 +717,11 @@ stalloc_status_t stalloc_allocator_online_info(stalloc_allocator_t* a, stalloc_o
   stalloc_status_t s = st_struct_check(info, "online_info: info");
   if (s) return s;
   LOCK(a);
-  if (a->online) {
-    s = st_online_info(a->online, info);
-  } else { /* off: every field 0 */
-    stalloc_online_info_t off;
-    stalloc_online_info_init(&off);
-    st_struct_write(info, &off, sizeof off);
-  }
+  stalloc_online_info_t v; /* off: every field 0 */
+  stalloc_online_info_init(&v);
+  if (a->online) st_online_info(a->online, &v);
+  if (a->hints) st_hints_counts(a->hints, &v.hint_layouts, &v.hint_layouts_kept, &v.hint_seconds_max, &v.hint_seconds_total);
+  st_struct_write(info, &v, sizeof v);
   UNLOCK(a);
   return s;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "base/clock.h"
 #include "plan/place.h"
 #include "runtime/arena.h"
 #include "runtime/hints.h"
@@ -34,6 +35,7 @@ typedef struct hint_job {
   uint64_t alignment;
   uint64_t* offsets;     /* result */
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
+  double seconds;
   bool ok;
   atomic_int done;
 } hint_job;
@@ -68,6 +70,8 @@ struct st_hints {
   hint_job* job;
   pthread_t thread;
   bool thread_live;
+  uint64_t made, kept;   /* layouts finished, and kept */
+  double longest, total; /* seconds they took */
 };
 
 stalloc_status_t st_hints_create(uint64_t alignment, bool wait, st_hints** out) {
@@ -129,6 +133,10 @@ static void adopt(st_hints* h) {
   hint_job* job = h->job;
   join(h);
   h->job = NULL;
+  h->made++;
+  h->kept += job->ok;
+  h->longest = ST_MAX(h->longest, job->seconds);
+  h->total += job->seconds;
   uint64_t* size = job->ok ? malloc((job->requests ? job->requests : 1) * sizeof *size) : NULL;
   if (size) {
     int i = set_of(h, job->requests);
@@ -271,6 +279,7 @@ out:
 
 static void* place_thread(void* arg) {
   hint_job* job = arg;
+  double t0 = st_now();
   st_place_params p = {.alignment = job->alignment, .time_limit = 0, .cancel = NULL};
   st_place_result r;
   job->ok = st_place(job->items, job->count, &p, job->offsets, &r) == STALLOC_OK;
@@ -280,6 +289,7 @@ static void* place_thread(void* arg) {
     job->ok = job->hinted && job->best_fit && job->hinted < job->best_fit;
   }
   st_clear_error();
+  job->seconds = st_now() - t0;
   atomic_store_explicit(&job->done, 1, memory_order_release);
   return NULL;
 }
@@ -422,4 +432,11 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   h->spoiled = false;
   h->n = 0;
   h->hits = h->misses = 0;
+}
+
+void st_hints_counts(const st_hints* h, uint64_t* made, uint64_t* kept, double* longest, double* total) {
+  *made = h->made;
+  *kept = h->kept;
+  *longest = h->longest;
+  *total = h->total;
 }

@@ -36,4 +36,7 @@ bool st_hints_wants_layout(const st_hints* h);
 void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t* tags, size_t count,
                        uint64_t expected);
 
+/* Layouts made so far, how many were kept, the longest and the total time they took. */
+void st_hints_counts(const st_hints* h, uint64_t* made, uint64_t* kept, double* longest, double* total);
+
 #endif

@@ -660,7 +660,7 @@ void st_online_serving(st_online* on, int k) {
   if (k >= 0 && k < ST_ONLINE_KINDS && on->kinds[k].current) on->served = k;
 }
 
-stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info) {
+void st_online_info(const st_online* on, stalloc_online_info_t* out) {
   stalloc_online_info_t v;
   stalloc_online_info_init(&v);
   v.state = on->state == STALLOC_ONLINE_RECORDING && on->job ? STALLOC_ONLINE_PLANNING : on->state;
@@ -669,8 +669,7 @@ stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info
   v.plan_records = on->record_count;
   v.recording = on->recording;
   for (int k = 0; k < ST_ONLINE_KINDS; k++) v.step_kinds += on->kinds[k].current != NULL;
-  st_struct_write(info, &v, sizeof v);
-  return STALLOC_OK;
+  *out = v;
 }
 
 stalloc_status_t st_online_plans(const st_online* on, stalloc_online_plan_record_t* records,

@@ -57,7 +57,8 @@ uint64_t st_online_expected_allocs(const st_online* on);
  * that plan serves it, and only it says how well that plan fits. */
 void st_online_serving(st_online* on, int k);
 
-stalloc_status_t st_online_info(const st_online* on, stalloc_online_info_t* info);
+/* Fills a whole stalloc_online_info_t (the caller copies what its struct_size holds). */
+void st_online_info(const st_online* on, stalloc_online_info_t* info);
 stalloc_status_t st_online_plans(const st_online* on, stalloc_online_plan_record_t* records,
                                  size_t capacity, size_t* count);
 

@@ -349,6 +349,14 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
     out.checked_events = checked;
     out.timeline_count = tl.count;
     out.seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    out.hinted = st.hinted_allocs;
+    stalloc_online_info_t info;
+    stalloc_online_info_init(&info);
+    if (o.online && stalloc_allocator_online_info(a, &info) == STALLOC_OK) {
+      out.hint_layouts = info.hint_layouts;
+      out.hint_layouts_kept = info.hint_layouts_kept;
+      out.hint_seconds_max = info.hint_seconds_max;
+    }
     st_struct_write(result, &out, sizeof out);
   }
   if (o.online) stalloc_allocator_online_plans(a, plans, plan_capacity, plan_count);
