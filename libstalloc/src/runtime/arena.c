@@ -27,8 +27,8 @@ enum { MAPPED = 1, LISTED = 2 }; /* a granule's flags */
 struct st_arena_block {
   uint64_t start, size;
   st_arena_block *prev, *next;  /* address order */
-  st_arena_block *left, *right; /* free treap */
-  st_arena_block *aleft, *aright; /* free blocks by address (same priorities) */
+  st_arena_block* kid[2][2];    /* a free block's children in each treap (BY_SIZE, BY_START):
+                                   [tree][0] left, [tree][1] right; one priority for both */
   uint32_t prio;
   uint8_t state;
   uint64_t stream, stamp;       /* a free block: freed on stream at clock stamp (0: free for all) */
@@ -71,55 +71,62 @@ struct st_arena {
   uint32_t rng;
 };
 
-/* ---- free treap keyed by (size, start) ---- */
+/* ---- free treaps: by (size, start) for best fit; by start for alloc_at ---- */
 
-static bool key_less(const st_arena_block* a, const st_arena_block* b) {
+enum { BY_SIZE = 0, BY_START = 1, L = 0, R = 1 };
+
+/* Inlined with a constant `tree` at each use, so each treap gets its own plain code. */
+#define TREAP static inline __attribute__((always_inline))
+
+TREAP bool key_less(int tree, const st_arena_block* a, const st_arena_block* b) {
+  if (tree == BY_START) return a->start < b->start;
   return a->size < b->size || (a->size == b->size && a->start < b->start);
 }
 
-static st_arena_block* tr_insert(st_arena_block* t, st_arena_block* n) {
-  if (!t) return n;
-  if (n->prio > t->prio) {
-    /* split t around n */
-    st_arena_block *l = NULL, *r = NULL, **lp = &l, **rp = &r;
-    while (t) {
-      if (key_less(t, n)) {
-        *lp = t;
-        lp = &t->right;
-        t = t->right;
-      } else {
-        *rp = t;
-        rp = &t->left;
-        t = t->left;
-      }
+/* Joins two treaps whose keys are all below / all above each other. */
+TREAP st_arena_block* tr_merge(int tree, st_arena_block* a, st_arena_block* b) {
+  st_arena_block *root = NULL, **link = &root;
+  while (a && b) {
+    if (a->prio > b->prio) {
+      *link = a;
+      link = &a->kid[tree][R];
+      a = a->kid[tree][R];
+    } else {
+      *link = b;
+      link = &b->kid[tree][L];
+      b = b->kid[tree][L];
     }
-    *lp = *rp = NULL;
-    n->left = l;
-    n->right = r;
-    return n;
   }
-  if (key_less(n, t)) t->left = tr_insert(t->left, n);
-  else t->right = tr_insert(t->right, n);
-  return t;
+  *link = a ? a : b;
+  return root;
 }
 
-static st_arena_block* tr_merge(st_arena_block* a, st_arena_block* b) {
-  if (!a) return b;
-  if (!b) return a;
-  if (a->prio > b->prio) {
-    a->right = tr_merge(a->right, b);
-    return a;
+TREAP st_arena_block* tr_insert(int tree, st_arena_block* root, st_arena_block* n) {
+  st_arena_block** link = &root;
+  while (*link && (*link)->prio >= n->prio) link = &(*link)->kid[tree][key_less(tree, n, *link) ? L : R];
+  /* n goes here: what hangs below splits around its key */
+  st_arena_block *t = *link, **lp = &n->kid[tree][L], **rp = &n->kid[tree][R];
+  while (t) {
+    if (key_less(tree, t, n)) {
+      *lp = t;
+      lp = &t->kid[tree][R];
+      t = t->kid[tree][R];
+    } else {
+      *rp = t;
+      rp = &t->kid[tree][L];
+      t = t->kid[tree][L];
+    }
   }
-  b->left = tr_merge(a, b->left);
-  return b;
+  *lp = *rp = NULL;
+  *link = n;
+  return root;
 }
 
-static st_arena_block* tr_remove(st_arena_block* t, st_arena_block* n) {
-  if (!t) return NULL;
-  if (t == n) return tr_merge(n->left, n->right);
-  if (key_less(n, t)) t->left = tr_remove(t->left, n);
-  else t->right = tr_remove(t->right, n);
-  return t;
+TREAP st_arena_block* tr_remove(int tree, st_arena_block* root, st_arena_block* n) {
+  st_arena_block** link = &root;
+  while (*link && *link != n) link = &(*link)->kid[tree][key_less(tree, n, *link) ? L : R];
+  if (*link) *link = tr_merge(tree, n->kid[tree][L], n->kid[tree][R]);
+  return root;
 }
 
 /* The smallest free block of at least `need` bytes. */
@@ -128,9 +135,9 @@ static st_arena_block* best_fit(st_arena_block* t, uint64_t need) {
   while (t) {
     if (t->size >= need) {
       best = t;
-      t = t->left;
+      t = t->kid[BY_SIZE][L];
     } else {
-      t = t->right;
+      t = t->kid[BY_SIZE][R];
     }
   }
   return best;
@@ -140,67 +147,21 @@ static st_arena_block* best_fit(st_arena_block* t, uint64_t need) {
 static st_arena_block* next_key(st_arena_block* t, const st_arena_block* after) {
   st_arena_block* next = NULL;
   while (t) {
-    if (key_less(after, t)) {
+    if (key_less(BY_SIZE, after, t)) {
       next = t;
-      t = t->left;
+      t = t->kid[BY_SIZE][L];
     } else {
-      t = t->right;
+      t = t->kid[BY_SIZE][R];
     }
   }
   return next;
 }
 
-/* ---- the same free blocks keyed by start ---- */
-
-static st_arena_block* at_insert(st_arena_block* t, st_arena_block* n) {
-  if (!t) return n;
-  if (n->prio > t->prio) {
-    st_arena_block *l = NULL, *r = NULL, **lp = &l, **rp = &r;
-    while (t) {
-      if (t->start < n->start) {
-        *lp = t;
-        lp = &t->aright;
-        t = t->aright;
-      } else {
-        *rp = t;
-        rp = &t->aleft;
-        t = t->aleft;
-      }
-    }
-    *lp = *rp = NULL;
-    n->aleft = l;
-    n->aright = r;
-    return n;
-  }
-  if (n->start < t->start) t->aleft = at_insert(t->aleft, n);
-  else t->aright = at_insert(t->aright, n);
-  return t;
-}
-
-static st_arena_block* at_merge(st_arena_block* a, st_arena_block* b) {
-  if (!a) return b;
-  if (!b) return a;
-  if (a->prio > b->prio) {
-    a->aright = at_merge(a->aright, b);
-    return a;
-  }
-  b->aleft = at_merge(a, b->aleft);
-  return b;
-}
-
-static st_arena_block* at_remove(st_arena_block* t, st_arena_block* n) {
-  if (!t) return NULL;
-  if (t == n) return at_merge(n->aleft, n->aright);
-  if (n->start < t->start) t->aleft = at_remove(t->aleft, n);
-  else t->aright = at_remove(t->aright, n);
-  return t;
-}
-
 /* The free block holding byte `at`, or NULL. */
 static st_arena_block* at_find(st_arena_block* t, uint64_t at) {
   while (t) {
-    if (at < t->start) t = t->aleft;
-    else if (at >= t->start + t->size) t = t->aright;
+    if (at < t->start) t = t->kid[BY_START][L];
+    else if (at >= t->start + t->size) t = t->kid[BY_START][R];
     else return t;
   }
   return NULL;
@@ -208,17 +169,17 @@ static st_arena_block* at_find(st_arena_block* t, uint64_t at) {
 
 static void make_free(st_arena* a, st_arena_block* b) {
   b->state = AR_FREE;
-  b->left = b->right = b->aleft = b->aright = NULL;
+  memset(b->kid, 0, sizeof b->kid);
   a->rng = a->rng * 1664525u + 1013904223u;
   b->prio = a->rng;
-  a->free_root = tr_insert(a->free_root, b);
-  if (a->by_address) a->addr_root = at_insert(a->addr_root, b);
+  a->free_root = tr_insert(BY_SIZE, a->free_root, b);
+  if (a->by_address) a->addr_root = tr_insert(BY_START, a->addr_root, b);
 }
 
 /* Takes free block b out of both treaps. */
 static void unlist(st_arena* a, st_arena_block* b) {
-  a->free_root = tr_remove(a->free_root, b);
-  if (a->by_address) a->addr_root = at_remove(a->addr_root, b);
+  a->free_root = tr_remove(BY_SIZE, a->free_root, b);
+  if (a->by_address) a->addr_root = tr_remove(BY_START, a->addr_root, b);
 }
 
 static st_arena_block* block_new(st_arena* a) {
@@ -736,8 +697,8 @@ void st_arena_index_addresses(st_arena* a) {
   a->by_address = true;
   for (st_arena_block* b = a->last; b; b = b->prev)
     if (b->state == AR_FREE) {
-      b->aleft = b->aright = NULL;
-      a->addr_root = at_insert(a->addr_root, b);
+      b->kid[BY_START][L] = b->kid[BY_START][R] = NULL;
+      a->addr_root = tr_insert(BY_START, a->addr_root, b);
     }
 }
 
