@@ -230,7 +230,7 @@ static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets) {
   size_t n = job->requests;
   uint64_t top = 0, sum = 0;
   for (size_t i = 0; i < job->count; i++) {
-    uint64_t at = i < n ? (offsets ? job->offsets[i] : 0) : job->items[i].fixed_offset;
+    uint64_t at = i < n ? (offsets ? offsets[i] : 0) : job->items[i].fixed_offset;
     top = ST_MAX(top, at + job->items[i].size);
     sum += job->items[i].size;
   }
