@@ -27,6 +27,7 @@
 
 #include "backends/backend.h"
 #include "backends/cuda_driver.h"
+#include "base/grow.h"
 
 /* ---- the driver, loaded once per process ---- */
 
@@ -174,16 +175,6 @@ static void ctx_leave(bool pushed) {
       return fail_cu(enter_r_, "making device %d's context current for %s", (s)->ordinal, what); \
   } while (0)
 
-static bool grow(void** items, size_t* cap, size_t count, size_t item_size) {
-  if (count < *cap) return true;
-  size_t n = *cap ? 2 * *cap : 8;
-  void* grown = realloc(*items, n * item_size);
-  if (!grown) return false;
-  *items = grown;
-  *cap = n;
-  return true;
-}
-
 /* ---- lifecycle ---- */
 
 static void cuda_destroy(void* state);
@@ -293,8 +284,9 @@ static stalloc_status_t cuda_alloc(void* state, uint64_t size, uint64_t alignmen
   cuda_state* s = state;
   if (size > SIZE_MAX - alignment)
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: %llu bytes is too large", (unsigned long long)size);
-  if (!grow((void**)&s->shifted, &s->shifted_cap, s->shifted_count, sizeof *s->shifted))
-    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: no host memory");
+  void* grown = st_room(s->shifted, s->shifted_count, &s->shifted_cap, sizeof *s->shifted, 8);
+  if (!grown) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: no host memory");
+  s->shifted = grown;
   bool pushed;
   ENTER(s, pushed, "cuMemAlloc_v2");
   cu_deviceptr p = 0;
@@ -374,8 +366,9 @@ static stalloc_status_t cuda_reserve(void* state, uint64_t size, void** base) {
   if (!size || size % s->granularity)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "cuda backend: reserve(%llu): size must be a non-zero multiple of the %llu-byte granularity",
                    (unsigned long long)size, (unsigned long long)s->granularity);
-  if (!grow((void**)&s->reservations, &s->reservation_cap, s->reservation_count, sizeof *s->reservations))
-    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: no host memory");
+  void* grown = st_room(s->reservations, s->reservation_count, &s->reservation_cap, sizeof *s->reservations, 8);
+  if (!grown) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: no host memory");
+  s->reservations = grown;
   uint8_t* mapped = calloc(size / s->granularity, 1);
   if (!mapped) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "cuda backend: no host memory");
   bool pushed;

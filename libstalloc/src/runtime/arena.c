@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "runtime/arena.h"
 
 enum { AR_FREE = 1, AR_USED = 2, AR_REGION = 4 };
@@ -209,13 +210,9 @@ static stream_state* stream_find(st_arena* a, uint64_t stream) {
 static stream_state* stream_add(st_arena* a, uint64_t stream) {
   stream_state* s = stream_find(a, stream);
   if (s) return s;
-  if (a->stream_count == a->stream_cap) {
-    size_t cap = a->stream_cap ? 2 * a->stream_cap : 4;
-    stream_state* grown = realloc(a->streams, cap * sizeof *grown);
-    if (!grown) return NULL;
-    a->streams = grown;
-    a->stream_cap = cap;
-  }
+  stream_state* grown = st_room(a->streams, a->stream_count, &a->stream_cap, sizeof *grown, 4);
+  if (!grown) return NULL;
+  a->streams = grown;
   s = &a->streams[a->stream_count++];
   *s = (stream_state){.stream = stream};
   return s;
@@ -371,16 +368,12 @@ static void unref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream, u
   for (size_t g = start / a->granule, e = (start + size - 1) / a->granule; g <= e; g++) {
     granule_freed(a, g, stream, stamp);
     if (--a->refs[g] || a->mapped[g] != MAPPED) continue; /* live, unmapped or listed already */
-    if (a->cached_count == a->cached_cap) {
-      size_t cap = a->cached_cap ? 2 * a->cached_cap : 64;
-      uint32_t* c = realloc(a->cached, cap * sizeof *c);
-      if (!c) {
-        unmap_granule(a, g, false); /* no room to remember it: give it back now */
-        continue;
-      }
-      a->cached = c;
-      a->cached_cap = cap;
+    uint32_t* c = st_room(a->cached, a->cached_count, &a->cached_cap, sizeof *c, 64);
+    if (!c) {
+      unmap_granule(a, g, false); /* no room to remember it: give it back now */
+      continue;
     }
+    a->cached = c;
     a->cached[a->cached_count++] = (uint32_t)g;
     a->mapped[g] |= LISTED;
   }

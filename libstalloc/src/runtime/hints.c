@@ -21,6 +21,7 @@
 
 #include "backends/backend.h"
 #include "base/clock.h"
+#include "base/grow.h"
 #include "plan/place.h"
 #include "runtime/arena.h"
 #include "runtime/hints.h"
@@ -180,17 +181,16 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   uint64_t need = st_align_up(size, h->alignment);
   uint32_t position = LIVE;
   if (!h->spoiled && h->n < UINT32_MAX - 1) {
-    if (h->n == h->cap) {
-      size_t cap = h->cap ? 2 * h->cap : 1024;
-      uint64_t* s = realloc(h->sizes, cap * sizeof *s);
-      if (s) h->sizes = s;
-      uint32_t* f = s ? realloc(h->freed_at, cap * sizeof *f) : NULL;
-      if (f) {
-        h->freed_at = f;
-        h->cap = cap;
-      } else { /* no host memory: this step is not planned from */
-        h->spoiled = true;
-      }
+    size_t cap = h->cap; /* two arrays of one length */
+    uint64_t* s = st_room(h->sizes, h->n, &cap, sizeof *s, 1024);
+    if (s) h->sizes = s;
+    cap = h->cap;
+    uint32_t* f = s ? st_room(h->freed_at, h->n, &cap, sizeof *f, 1024) : NULL;
+    if (f) {
+      h->freed_at = f;
+      h->cap = cap;
+    } else { /* no host memory: this step is not planned from */
+      h->spoiled = true;
     }
     if (!h->spoiled) {
       h->sizes[h->n] = need;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/grow.h"
 #include "base/struct_size.h"
 #include "base/u64map.h"
 #include "plan/planner.h"
@@ -191,32 +192,24 @@ static void stop_recording(st_online* on) {
 
 void st_online_event(st_online* on, const stalloc_event_t* e) {
   if (!on->recording) return;
-  if (on->n == on->cap) {
-    size_t cap = on->cap ? 2 * on->cap : 4096;
-    stalloc_event_t* ev = realloc(on->ev, cap * sizeof *ev);
-    if (!ev) {
-      stop_recording(on);
-      return;
-    }
-    on->ev = ev;
-    on->cap = cap;
+  stalloc_event_t* ev = st_room(on->ev, on->n, &on->cap, sizeof *ev, 4096);
+  if (!ev) {
+    stop_recording(on);
+    return;
   }
+  on->ev = ev;
   on->ev[on->n++] = *e;
   if (e->kind == STALLOC_EVENT_ALLOC && on->rs_count) on->rs[on->rs_count - 1].allocs++;
 }
 
 /* The boundary's marker opens a step of the recording. */
 static void record_marker(st_online* on, const stalloc_event_t* marker) {
-  if (on->rs_count == on->rs_cap) {
-    size_t cap = on->rs_cap ? 2 * on->rs_cap : 16;
-    rec_step* rs = realloc(on->rs, cap * sizeof *rs);
-    if (!rs) {
-      stop_recording(on);
-      return;
-    }
-    on->rs = rs;
-    on->rs_cap = cap;
+  rec_step* rs = st_room(on->rs, on->rs_count, &on->rs_cap, sizeof *rs, 16);
+  if (!rs) {
+    stop_recording(on);
+    return;
   }
+  on->rs = rs;
   st_online_event(on, marker);
   if (on->recording) on->rs[on->rs_count++] = (rec_step){on->n - 1, 0};
 }

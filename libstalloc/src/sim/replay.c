@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/grow.h"
 #include "base/struct_size.h"
 #include "runtime/allocator.h"
 #include "trace/trace.h"
@@ -45,16 +46,15 @@ static size_t lower_index(const live_set* s, uint64_t start) {
 
 /* 0 ok, 1 overlap, 2 no memory. */
 static int live_add(live_set* s, uint64_t start, uint64_t end) {
-  if (s->count == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 1024;
-    uint64_t* a = realloc(s->start, cap * sizeof *a);
-    if (!a) return 2;
-    s->start = a;
-    uint64_t* b = realloc(s->end, cap * sizeof *b);
-    if (!b) return 2;
-    s->end = b;
-    s->cap = cap;
-  }
+  size_t cap = s->cap; /* two arrays of one length */
+  uint64_t* a = st_room(s->start, s->count, &cap, sizeof *a, 1024);
+  if (!a) return 2;
+  s->start = a;
+  cap = s->cap;
+  uint64_t* b = st_room(s->end, s->count, &cap, sizeof *b, 1024);
+  if (!b) return 2;
+  s->end = b;
+  s->cap = cap;
   size_t i = lower_index(s, start);
   if (i > 0 && s->end[i - 1] > start) return 1;
   if (i < s->count && s->start[i] < end) return 1;
