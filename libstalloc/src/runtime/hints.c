@@ -11,9 +11,10 @@
  * Hints are kept per kind of step (steps with the same number of allocs, as in online.c): a
  * step takes the hints of the kind expected next, else the latest; while its first requests
  * are those of another kind's hints, it takes those. A step unlike the one planned (sizes an
- * MoE gate routes, a kind never seen) misses its hints, and they stop for the rest of it. The
- * pool stays the only owner of its bytes: a hint is only a place to look first, so a wrong one
- * costs memory, never safety. */
+ * MoE gate routes, a kind never seen) misses its hints, and they stop for the rest of it; a
+ * kind whose hints stop, or whose sizes changed at more than one position in 16 since its step
+ * before, backs off for its next 1, 3, 7, ... steps. The pool stays the only owner of its
+ * bytes: a hint is only a place to look first, so a wrong one costs memory, never safety. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -128,6 +129,12 @@ static int set_of(const st_hints* h, size_t count) {
   return -1;
 }
 
+/* Hints that missed: the next 1, 3, 7, ... (up to 63) steps of their kind go without. */
+static void back_off(hint_set* s) {
+  s->failed = ST_MIN(s->failed + 1, 6u);
+  s->skip = (1u << s->failed) - 1;
+}
+
 /* The finished job's offsets become the hints of its kind (in place of the oldest set, for a
  * kind with none); they serve the step under way from its current position on. */
 static void adopt(st_hints* h) {
@@ -150,10 +157,19 @@ static void adopt(st_hints* h) {
     }
     hint_set was = h->sets[i];
     bool same = was.offset && was.count == job->requests;
+    size_t changed = 0; /* positions whose size differs from the kind's step before */
+    for (size_t j = 0; j < job->requests; j++) {
+      size[j] = job->items[j].size;
+      changed += same && size[j] != was.size[j];
+    }
     clear_set(&h->sets[i]);
-    for (size_t j = 0; j < job->requests; j++) size[j] = job->items[j].size;
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
                             same ? was.skip : 0};
+    /* More than one position in 16 changed size since the kind's step before (an MoE gate
+     * routes other sizes each step, a padded length changes): the next step would follow its
+     * hints only in part, and the blocks placed before they stop can cost more than best fit
+     * alone. The kind backs off as when its hints stop. */
+    if (changed > job->requests / 16) back_off(&h->sets[i]);
     job->offsets = NULL;
     if (h->active < 0 || h->active == i) h->active = i; /* a step under way keeps its kind's */
   }
@@ -405,12 +421,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
                        uint64_t expected) {
   if (h->active >= 0 && (h->hits || h->misses)) { /* how the step's hints did */
     hint_set* used = &h->sets[h->active];
-    if (stopped(h)) { /* back off: the next 1, 3, 7, ... steps of its kind go without */
-      used->failed = ST_MIN(used->failed + 1, 6u);
-      used->skip = (1u << used->failed) - 1;
-    } else {
-      used->failed = 0;
-    }
+    if (stopped(h)) back_off(used);
+    else used->failed = 0;
   }
   if (starts && st_hints_wants_layout(h) && (h->job = make_job(h, starts, sizes, tags, count))) {
     if (pthread_create(&h->thread, NULL, place_thread, h->job) == 0) h->thread_live = true;
