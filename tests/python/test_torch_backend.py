@@ -375,3 +375,26 @@ def test_no_saved_plan_from_a_run_that_changes_shape(tmp_path):
         assert (tmp_path / name / "rank0.stplan").is_file() == saved, name
         assert (session.save_skipped is None) == saved, session.save_skipped
         session.close()
+
+
+def test_layout_hints_through_pytorch(tmp_path):
+    # The growable pool's layout hints under the PyTorch entry points (host backend, every
+    # block patterned and checked at free): a 1F1B run at 16x the sizes (about 80 MiB), where
+    # hints from each step place the next one's requests.
+    from test_online import scaled_trace
+
+    path = tmp_path / "llama_1f1b_x16.npz"
+    scaled_trace("llama_1f1b.npz", 16).save(str(path))
+    session, stats = drive(path, online=True)
+    assert stats.hinted_allocs > 0 and lib.stalloc_torch_failed_frees() == 0
+    from stalloc.integrations import torch_backend
+
+    torch_backend._sessions[0] = session  # what enable() keeps per device
+    try:
+        hints = torch_backend.state()[0]["layout_hints"]
+        assert hints["kept"] >= 1 and hints["layouts"] >= hints["kept"]
+        assert hints["placed"] == stats.hinted_allocs
+    finally:
+        del torch_backend._sessions[0]
+    session.close()
+
