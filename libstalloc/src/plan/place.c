@@ -62,6 +62,7 @@ typedef struct placer {
   int heuristics;     /* the search cycles through the first this many preorderings */
   atomic_int* stop;   /* set when one thread of the portfolio has proven its peak optimal */
   int turn;           /* with two threads: the partitions (part.turn) this one searches first */
+  bool every_ordering; /* st_place_params.every_ordering */
 } placer;
 
 static int cmp_u64(const void* a, const void* b) {
@@ -498,7 +499,7 @@ static bool peelable(const part* q) {
  * (peel_more), once the search has had its turn. */
 static stalloc_status_t improve_big(placer* p, part* q, double until) {
   size_t m = q->e - q->b;
-  if (peelable(q)) {
+  if (peelable(q) && !p->every_ordering) { /* peeling watches the clock */
     peel_arrays pa = {0};
     bool ok = peel_setup(p, q, &pa);
     if (ok) peel_tries(p, q, &pa, 0, PEEL_FIRST, until, 0.5);
@@ -511,7 +512,8 @@ static stalloc_status_t improve_big(placer* p, part* q, double until) {
     if (!make_order(p, q->b, q->e, how, NULL)) goto nomem;
     for (int bf = 0; bf < 2; bf++) {
       double t = st_now();
-      if (t + last >= until || q->peak <= q->lb || st_cancel_requested(p->cancel)) return STALLOC_OK;
+      if ((!p->every_ordering && t + last >= until) || q->peak <= q->lb || st_cancel_requested(p->cancel))
+        return STALLOC_OK;
       uint64_t pk = greedy(p, m, bf);
       last = st_now() - t;
       p->res->orderings_tried++;
@@ -799,6 +801,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   p->heuristics = ST_SEARCH_HEURISTICS;
   p->turn = -1;
   p->cancel = params ? params->cancel : NULL;
+  p->every_ordering = params && params->every_ordering && !(params->time_limit > 0.0);
   p->res = res;
   stalloc_status_t st = STALLOC_OK;
   part* parts = NULL;
@@ -913,13 +916,13 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
 
   /* Large partitions: peeling and greedy orderings, each with an equal share of the time
    * (half of what is left, so the search below keeps some). */
-  if (limit > 0.0) {
+  if (limit > 0.0 || p->every_ordering) {
     size_t nbig = 0;
     for (size_t q = 0; q < nparts; q++) nbig += parts[q].e - parts[q].b > GREEDY_MAX;
     for (size_t q = 0; q < nparts && nbig; q++) {
       if (parts[q].e - parts[q].b <= GREEDY_MAX) continue;
       double left = p->deadline - st_now();
-      if (left <= 0 || st_cancel_requested(p->cancel)) break;
+      if ((!p->every_ordering && left <= 0) || st_cancel_requested(p->cancel)) break;
       double share = left / (double)nbig--;
       st = improve_big(p, &parts[q], st_now() + share);
       if (st) goto done;
@@ -1006,7 +1009,7 @@ stalloc_status_t stalloc_place(const stalloc_place_item_t* items, size_t n,
   if (st) return st;
   if (pp.alignment == 0)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "stalloc_place: alignment must be >= 1");
-  st_place_params ip = {pp.alignment, pp.time_limit, pp.cancel};
+  st_place_params ip = {pp.alignment, pp.time_limit, pp.cancel, false};
   st_place_result ir;
   st = st_place((const st_place_item*)items, n, &ip, offsets, &ir);
   if (result && st == STALLOC_OK) {

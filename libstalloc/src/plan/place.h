@@ -18,6 +18,9 @@ typedef struct st_place_params {
   uint64_t alignment;     /* offsets are multiples of this (1 = none) */
   double time_limit;      /* seconds for the improving search; 0 = constructive only */
   const volatile int* cancel; /* optional: non-zero stops the search, keeping the best found */
+  bool every_ordering;    /* with time_limit 0: large partitions (up to GREEDY_BIG items) still
+                             get every greedy ordering, whatever they take, and no search: the
+                             same result on every machine */
 } st_place_params;
 
 typedef struct st_place_result {

@@ -217,7 +217,7 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
   bool ok = false;
   uint64_t* sub_off = malloc(sp.ns * sizeof(uint64_t));
   if (!sub_off || sp.bound >= beat) goto out; /* a split that cannot beat `beat` is not tried */
-  st_place_params pp = {alignment, time_limit, cancel};
+  st_place_params pp = {alignment, time_limit, cancel, false};
   st_place_result res;
   if (st_place(sp.sub, sp.ns, &pp, sub_off, &res) != STALLOC_OK) goto out;
 

@@ -287,7 +287,7 @@ static stalloc_status_t place_all(pipeline* pl, const stalloc_plan_params_t* prm
     return s;
   bool crossing;
   build_items(pl, &crossing);
-  st_place_params pp = {prm->alignment, limit, NULL};
+  st_place_params pp = {prm->alignment, limit, NULL, false};
   st_place_result res;
   if ((s = st_place(pl->items, pl->item_count, &pp, pl->offsets, &res))) return s;
   if (crossing) {

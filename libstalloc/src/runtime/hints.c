@@ -296,7 +296,7 @@ out:
 static void* place_thread(void* arg) {
   hint_job* job = arg;
   double t0 = st_now();
-  st_place_params p = {.alignment = job->alignment, .time_limit = 0, .cancel = NULL};
+  st_place_params p = {.alignment = job->alignment, .time_limit = 0, .cancel = NULL, .every_ordering = true};
   st_place_result r;
   job->ok = st_place(job->items, job->count, &p, job->offsets, &r) == STALLOC_OK;
   if (job->ok) { /* kept only where they beat best fit on the step they came from */
