@@ -176,16 +176,19 @@ static void adopt(st_hints* h) {
   free_job(job);
 }
 
-/* Within a step's first requests: another kind's hints whose start is the step's own. */
+/* Within a step's first requests: another kind's hints whose start is the step's own (the
+ * latest made, when several are: a warm-up step begins as a training step does). */
 static void recognise(st_hints* h) {
+  int best = -1;
   for (int i = 0; i < SETS; i++) {
     const hint_set* s = &h->sets[i];
     if (i == h->active || !s->offset || s->count < h->n) continue;
-    if (memcmp(s->size, h->sizes, h->n * sizeof *h->sizes) == 0) {
-      h->active = i;
-      h->misses = 0;
-      return;
-    }
+    if (memcmp(s->size, h->sizes, h->n * sizeof *h->sizes) == 0 && (best < 0 || s->made > h->sets[best].made))
+      best = i;
+  }
+  if (best >= 0) {
+    h->active = best;
+    h->misses = 0;
   }
 }
 
