@@ -36,6 +36,19 @@ static stalloc_allocator_t* make(int32_t growable) {
   return a;
 }
 
+/* An allocator running the lifecycle as a replay does: each boundary after planning began
+ * waits for the plan (and for the layout hints it started), so what happens does not depend
+ * on the machine. */
+static stalloc_allocator_t* waiting(int32_t growable, int32_t layout_hints) {
+  stalloc_allocator_t* a = make(growable);
+  stalloc_online_params_t p;
+  stalloc_online_params_init(&p);
+  p.wait_for_plan = 1;
+  p.layout_hints = layout_hints;
+  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  return a;
+}
+
 static stalloc_online_info_t info_of(stalloc_allocator_t* a) {
   stalloc_online_info_t info;
   stalloc_online_info_init(&info);
@@ -130,11 +143,7 @@ static void test_misuse(void) {
  * creating its state) keep granules shared: a plan's pool would come on top, so it is declined
  * and the pool goes on serving. */
 static void test_declined_when_the_pool_needs_less(void) {
-  stalloc_allocator_t* a = make(1);
-  stalloc_online_params_t p;
-  stalloc_online_params_init(&p);
-  p.wait_for_plan = 1;
-  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  stalloc_allocator_t* a = waiting(1, 1);
   void* state[LAYERS];
   for (uint64_t n = 0; n < 10; n++) {
     CHECK_OK(stalloc_allocator_step_begin(a, n));
@@ -167,12 +176,7 @@ static void test_declined_when_the_pool_needs_less(void) {
  * second step's activations (as in test_declined_when_the_pool_needs_less) and gradients that
  * live until the next step's start, with or without layout hints. */
 static uint64_t peak_with_hints(int32_t hints, uint64_t* hinted_allocs) {
-  stalloc_allocator_t* a = make(1);
-  stalloc_online_params_t p;
-  stalloc_online_params_init(&p);
-  p.wait_for_plan = 1;
-  p.layout_hints = hints;
-  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  stalloc_allocator_t* a = waiting(1, hints);
   void *state[LAYERS], *grad[LAYERS] = {0};
   for (uint64_t n = 0; n < 10; n++) {
     CHECK_OK(stalloc_allocator_step_begin(a, n));
@@ -236,11 +240,7 @@ static uint64_t misses_of(stalloc_allocator_t* a) {
  * rolling recording, the choice of a kind's steps across others and the hand-over run under
  * the sanitizers in CI. */
 static void test_each_kind_of_step_gets_a_plan(void) {
-  stalloc_allocator_t* a = make(0);
-  stalloc_online_params_t p;
-  stalloc_online_params_init(&p);
-  p.wait_for_plan = 1;
-  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  stalloc_allocator_t* a = waiting(0, 1);
   void* weights;
   CHECK_OK(stalloc_allocator_alloc(a, 1 << 20, 0, 0, &weights));
   uint64_t n = 0;
