@@ -80,7 +80,7 @@ def _backend_kind(name: str) -> int:
 def make_options(backend: str | None = None, device: int | None = None,
                  alignment: int | None = None, memory_limit: int | None = None,
                  virtual_capacity: int | None = None, tiny_alignment: int | None = None,
-                 growable_pool: bool | None = None):
+                 growable_pool: bool | None = None, virtual_lag: int | None = None):
     """A ``stalloc_options_t*`` with the library defaults, overridden by every argument that
     is not None."""
     opts = ffi.new("stalloc_options_t*")
@@ -90,9 +90,12 @@ def make_options(backend: str | None = None, device: int | None = None,
     for name, value in (("device", device), ("alignment", alignment),
                         ("memory_limit", memory_limit), ("virtual_capacity", virtual_capacity),
                         ("tiny_alignment", tiny_alignment),
-                        ("growable_pool", None if growable_pool is None else int(bool(growable_pool)))):
+                        ("growable_pool", None if growable_pool is None else int(bool(growable_pool))),
+                        ("virtual_lag", virtual_lag)):
         if value is not None:
-            setattr(opts, name, value if name in ("device", "growable_pool") else u64(name, value))
+            if name == "virtual_lag" and not 0 <= value < 2**31:
+                raise ValueError(f"virtual_lag must be in [0, 2**31), not {value}")
+            setattr(opts, name, value if name in ("device", "growable_pool", "virtual_lag") else u64(name, value))
     return opts
 
 
@@ -108,9 +111,10 @@ class Allocator(OwnedHandle):
     def __init__(self, backend: str | None = None, device: int | None = None,
                  alignment: int | None = None, memory_limit: int | None = None,
                  virtual_capacity: int | None = None, record_path=None,
-                 tiny_alignment: int | None = None, growable_pool: bool | None = None):
+                 tiny_alignment: int | None = None, growable_pool: bool | None = None,
+                 virtual_lag: int | None = None):
         opts = make_options(backend, device, alignment, memory_limit, virtual_capacity, tiny_alignment,
-                            growable_pool)
+                            growable_pool, virtual_lag)
         keep = None
         if record_path is not None:
             keep = ffi.new("char[]", os.fsencode(os.fspath(record_path)))

@@ -23,6 +23,7 @@ RESULT_KEYS = (
     "peak_allocated", "peak_reserved", "fragmentation", "hits", "misses", "fallbacks",
     "resyncs", "dynamic", "tiny", "pool_size", "lower_bound", "events", "requests",
     "checked_events", "seconds", "hinted", "hint_layouts", "hint_layouts_kept", "hint_seconds_max",
+    "device_waits",
 )
 
 
@@ -87,7 +88,7 @@ def _online_params(o, online: dict) -> None:
 def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
            check_overlap: bool = True, use_steps: bool = True, alignment: int = 0,
            timeline_points: int = 0, online=False, steps: bool = False,
-           growable_pool: bool = True) -> dict:
+           growable_pool: bool = True, device_lag: int = 0) -> dict:
     """Replays ``trace`` (a Trace or a path) through the runtime, from ``plan`` (a Plan, a plan
     file path, or None for the fallback pool alone).
 
@@ -102,6 +103,11 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
 
     ``growable_pool=False`` serves what no plan covers from PyTorch-style cached segments
     rather than the growable pool (docs/options.md).
+
+    ``device_lag=N`` (virtual backend) models a GPU that runs N events behind the host: a
+    free's queued work finishes N allocs and frees later, as on a real device, where the host
+    enqueues ahead; ``device_waits`` in the result counts the times the host had to wait for
+    it (docs/online.md, "On an asynchronous device").
 
     ``check=True`` fills every block with a pattern and verifies it at free (host backend
     only); the overlap check runs on every alloc unless ``check_overlap=False``. Returns a
@@ -125,6 +131,9 @@ def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,
     o.check_overlap = int(bool(check_overlap))
     o.use_steps = int(bool(use_steps))
     o.growable_pool = int(bool(growable_pool))
+    if device_lag < 0 or (device_lag and backend != "virtual"):
+        raise ValueError(f"device_lag must be >= 0 and needs backend='virtual', not {device_lag} with {backend!r}")
+    o.device_lag = int(device_lag)
     if online:
         o.online = 1
         _online_params(o, online if isinstance(online, dict) else {})

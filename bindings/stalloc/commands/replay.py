@@ -16,7 +16,7 @@ def run(args) -> int:
     trace = load_trace(args.trace, args.format)
     online = {"record_steps": args.record_steps} if args.online else False
     r = replay(trace, args.plan, backend=args.backend, check=args.check,
-               use_steps=not args.no_steps, online=online)
+               use_steps=not args.no_steps, online=online, device_lag=args.device_lag)
     if args.json:
         print_json({"trace": args.trace, "plan": args.plan, "backend": args.backend,
                     "online": bool(args.online), **r})
@@ -38,7 +38,9 @@ def run(args) -> int:
         ("checks", f"overlap after {r['checked_events']:,} allocs" + (", data patterns" if args.check else "")),
     ] + ([("layout hints", f"{r['hinted']:,} requests placed by them; {r['hint_layouts_kept']:,} of "
                            f"{r['hint_layouts']:,} layouts kept, the longest took "
-                           f"{r['hint_seconds_max'] * 1e3:.1f} ms")] if args.online else []), title=f"{args.trace}" + (" online (record, plan, switch, re-plan)" if args.online else
+                           f"{r['hint_seconds_max'] * 1e3:.1f} ms")] if args.online else [])
+      + ([("device lag", f"{args.device_lag:,} events; the host waited for the device "
+                         f"{r['device_waits']:,} times")] if args.device_lag else []), title=f"{args.trace}" + (" online (record, plan, switch, re-plan)" if args.online else
                                  f" with {args.plan}" if args.plan else " (no plan: fallback pool)"))
     if args.online:
         print()
@@ -76,6 +78,9 @@ def register(sub) -> None:
     p.add_argument("--record-steps", type=int, default=3,
                    help="--online: steps recorded before the first plan (default 3, as torch_backend)")
     p.add_argument("--no-steps", action="store_true", help="do not pass step markers to the runtime")
+    p.add_argument("--device-lag", type=int, default=0, metavar="EVENTS",
+                   help="virtual backend: model a GPU running EVENTS allocs and frees behind the host "
+                        "(a free's queued work finishes that much later); default 0, synchronous")
     p.add_argument("--format", help="trace format instead of detecting it")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)

@@ -125,7 +125,10 @@ typedef struct stalloc_options {
                                      2 MiB granules), what no plan covers is served from one
                                      growable range whose unused granules go back before new
                                      ones are mapped; 0: PyTorch-style cached segments */
-  int32_t reserved0;
+  int32_t virtual_lag;            /* virtual backend only: model an asynchronous device that
+                                     runs this many allocator calls (allocs and frees) behind
+                                     the host, so a free's queued work finishes that much later;
+                                     0 (default): synchronous, as before (docs/online.md) */
 } stalloc_options_t;
 
 /* Fills the defaults, reading STALLOC_<NAME> environment overrides (see docs/options.md). */
@@ -592,6 +595,9 @@ typedef struct stalloc_replay_options {
   int32_t growable_pool;          /* 1 (default): the allocator's growable_pool option (docs/
                                      options.md); 0: PyTorch-style cached segments */
   stalloc_online_params_t online_params; /* _init fills the defaults; wait_for_plan is forced */
+  int32_t device_lag;             /* virtual backend: model a GPU that runs this many events
+                                     behind the host (options.virtual_lag); 0 (default): none */
+  int32_t reserved1;
 } stalloc_replay_options_t;
 
 typedef struct stalloc_replay_result {
@@ -617,6 +623,8 @@ typedef struct stalloc_replay_result {
   uint64_t hint_layouts;      /* online: layouts the hints made, and kept (stalloc_online_info_t) */
   uint64_t hint_layouts_kept;
   double hint_seconds_max;    /* online: the longest a layout took on the hints' thread */
+  uint64_t device_waits;      /* device_lag > 0: times the host waited for the modelled GPU
+                                 (an unmap of memory queued work may use, a spin on an event) */
 } stalloc_replay_result_t;
 
 /* One step of a replay: the events from one step marker to the next (the first also holds

@@ -40,6 +40,10 @@ typedef struct backend_ops {
    * unmapped), with no allocation, under unmap_unused's condition for `from`. On failure
    * nothing is mapped at either. NULL: unmap and map serve. */
   stalloc_status_t (*move)(void* state, void* from, void* to, uint64_t size);
+  /* Optional: maps the memory mapped at [from, from + size) at [to, to + size) too (to
+   * unmapped), with no allocation; `from` stays mapped until unmapped (unmap_unused once its
+   * queued work is done), and the memory is held once. On failure nothing changes. */
+  stalloc_status_t (*alias)(void* state, void* from, void* to, uint64_t size);
 
   /* Optional stream ordering. event_record notes the point in `stream`'s work reached now;
    * event_done says whether the work before that point has finished. NULL ops mean work is
@@ -47,6 +51,11 @@ typedef struct backend_ops {
   stalloc_status_t (*event_record)(void* state, uint64_t stream, void** event);
   bool (*event_done)(void* state, void* event);
   void (*event_destroy)(void* state, void* event);
+  /* Optional: blocks until the event's work is done (NULL: callers poll event_done). */
+  void (*event_wait)(void* state, void* event);
+
+  /* Optional: one allocator call (alloc or free) happened; the lagged virtual backend's clock. */
+  void (*tick)(void* state);
 
   /* Optional: the memory the device has in all (a GPU's total, the host's RAM, the virtual
    * range); what a memory fraction is a fraction of. */
@@ -58,6 +67,11 @@ const backend_ops* st_backend_get(stalloc_backend_kind_t kind);
 
 extern const backend_ops st_backend_host;
 extern const backend_ops st_backend_virtual;
+/* The virtual backend as an asynchronous device (options.virtual_lag > 0): frees' queued work
+ * finishes virtual_lag allocator calls later; st_virtual_waits counts the times the host had
+ * to wait for it (an unmap of a range queued work may use, or event_wait). */
+extern const backend_ops st_backend_virtual_lagged;
+uint64_t st_virtual_waits(void* state);
 extern const backend_ops st_backend_cuda;
 
 #endif

@@ -491,55 +491,69 @@ static stalloc_status_t cuda_unmap_unused(void* state, void* at, uint64_t size) 
 }
 
 /* One granule's memory from `from` to `to`, context current: the same physical allocation,
- * mapped at its new address (cuMemRetainAllocationHandle, cuMemUnmap, cuMemMap, cuMemSetAccess),
- * so no cuMemCreate or cuMemRelease of memory. On failure the caller unmaps what is left. */
-static stalloc_status_t move_granule(cuda_state* s, reservation* fres, uint64_t f, reservation* tres, uint64_t t) {
+ * mapped at its new address (cuMemRetainAllocationHandle, cuMemMap, cuMemSetAccess), so no
+ * cuMemCreate or cuMemRelease of memory. `keep`: `from` stays mapped too (an alias), else it is
+ * unmapped first. On failure the caller unmaps what is left. */
+static stalloc_status_t map_again(cuda_state* s, reservation* fres, uint64_t f, reservation* tres, uint64_t t,
+                                  bool keep) {
   cu_deviceptr from = fres->base + f * s->granularity, to = tres->base + t * s->granularity;
   cu_mem_handle h;
   const char* call = "cuMemRetainAllocationHandle";
   cu_result r = D.cuMemRetainAllocationHandle(&h, (void*)(uintptr_t)from);
   if (r != ST_CU_SUCCESS) return fail_cu(r, "%s(%p)", call, (void*)(uintptr_t)from);
-  r = D.cuMemUnmap(from, s->granularity);
+  r = keep ? ST_CU_SUCCESS : D.cuMemUnmap(from, s->granularity);
   if (r == ST_CU_SUCCESS) {
-    fres->mapped[f] = 0;
+    if (!keep) fres->mapped[f] = 0;
     call = "cuMemMap";
     r = D.cuMemMap(to, s->granularity, 0, h, 0);
   } else {
     call = "cuMemUnmap";
   }
-  D.cuMemRelease(h); /* a mapping holds the memory from here on, or nothing does */
+  D.cuMemRelease(h); /* the mappings hold the memory from here on, or nothing does */
   if (r != ST_CU_SUCCESS)
-    return fail_cu(r, "%s while moving a granule from %p to %p", call, (void*)(uintptr_t)from, (void*)(uintptr_t)to);
+    return fail_cu(r, "%s while mapping a granule of %p at %p", call, (void*)(uintptr_t)from, (void*)(uintptr_t)to);
   tres->mapped[t] = 1;
   r = D.cuMemSetAccess(to, s->granularity, &s->access, 1);
-  if (r != ST_CU_SUCCESS) return fail_cu(r, "cuMemSetAccess while moving a granule to %p", (void*)(uintptr_t)to);
+  if (r != ST_CU_SUCCESS) return fail_cu(r, "cuMemSetAccess while mapping a granule at %p", (void*)(uintptr_t)to);
   return STALLOC_OK;
 }
 
-static stalloc_status_t cuda_move(void* state, void* from, void* to, uint64_t size) {
+/* move (keep false) and alias (keep true): [from, from + size) is mapped, [to, to + size) not. */
+static stalloc_status_t remap(void* state, void* from, void* to, uint64_t size, bool keep) {
+  const char* what = keep ? "alias" : "move";
   cuda_state* s = state;
-  stalloc_status_t st = need_vmm(s, "move");
+  stalloc_status_t st = need_vmm(s, what);
   if (st) return st;
   if (!D.cuMemRetainAllocationHandle)
     return st_fail(STALLOC_ERR_UNSUPPORTED, "cuda backend: this driver lacks cuMemRetainAllocationHandle");
-  reservation* fres = find_range(s, "move", from, size);
-  reservation* tres = fres ? find_range(s, "move", to, size) : NULL;
+  reservation* fres = find_range(s, what, from, size);
+  reservation* tres = fres ? find_range(s, what, to, size) : NULL;
   if (!tres) return STALLOC_ERR_INVALID_ARGUMENT;
   uint64_t f0 = ((cu_deviceptr)(uintptr_t)from - fres->base) / s->granularity;
   uint64_t t0 = ((cu_deviceptr)(uintptr_t)to - tres->base) / s->granularity, count = size / s->granularity;
   for (uint64_t k = 0; k < count; k++)
     if (!fres->mapped[f0 + k] || tres->mapped[t0 + k])
-      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "cuda backend: move(%p, %p, %llu): the source must be mapped and the target not",
-                     from, to, (unsigned long long)size);
+      return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "cuda backend: %s(%p, %p, %llu): the source must be mapped and the target not",
+                     what, from, to, (unsigned long long)size);
   bool pushed;
-  ENTER(s, pushed, "move");
-  for (uint64_t k = 0; k < count && !st; k++) st = move_granule(s, fres, f0 + k, tres, t0 + k);
-  if (st) { /* all or nothing: what moved goes too, and what is left of the source */
+  ENTER(s, pushed, what);
+  for (uint64_t k = 0; k < count && !st; k++) st = map_again(s, fres, f0 + k, tres, t0 + k, keep);
+  if (st) { /* all or nothing: what was mapped at the target goes; a move's source goes too */
     unmap_granules(s, tres, t0, count, false);
-    unmap_granules(s, fres, f0, count, false);
+    if (!keep) unmap_granules(s, fres, f0, count, false);
   }
   ctx_leave(pushed);
   return st;
+}
+
+static stalloc_status_t cuda_move(void* state, void* from, void* to, uint64_t size) {
+  return remap(state, from, to, size, false);
+}
+
+/* The source's queued work belongs to the stream that will use the target next (the arena's
+ * rule), so it runs before any work there; the source is unmapped once it is done. */
+static stalloc_status_t cuda_alias(void* state, void* from, void* to, uint64_t size) {
+  return remap(state, from, to, size, true);
 }
 
 /* ---- stream order ---- */
@@ -605,6 +619,18 @@ static bool cuda_event_done(void* state, void* event) {
   return done;
 }
 
+static void cuda_event_wait(void* state, void* event) {
+  cuda_state* s = state;
+  cu_ev* e = event;
+  if (e->completed) return;
+  bool pushed;
+  if (ctx_enter(s, &pushed) != ST_CU_SUCCESS) return;
+  if (D.cuEventSynchronize(e->event) != ST_CU_SUCCESS && D.cuStreamSynchronize(e->stream) != ST_CU_SUCCESS)
+    D.cuCtxSynchronize();
+  ctx_leave(pushed);
+  e->completed = true;
+}
+
 static void cuda_event_destroy(void* state, void* event) {
   cuda_state* s = state;
   cu_ev* e = event;
@@ -651,8 +677,10 @@ const backend_ops st_backend_cuda = {
     .unmap = cuda_unmap,
     .unmap_unused = cuda_unmap_unused,
     .move = cuda_move,
+    .alias = cuda_alias,
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_destroy = cuda_event_destroy,
+    .event_wait = cuda_event_wait,
     .total_memory = cuda_total_memory,
 };

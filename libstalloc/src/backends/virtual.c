@@ -22,6 +22,9 @@ typedef struct virtual_state {
   uint64_t capacity;
   range* free_ranges; /* sorted by start, coalesced */
   size_t count, cap;
+  /* The lagged model (options.virtual_lag): time is the allocator's call count; work queued at
+   * time t is done at t + lag, or when the host waited for the device after t. */
+  uint64_t lag, now, caught_up, last_queued, waits;
 } virtual_state;
 
 static stalloc_status_t virtual_create(const stalloc_options_t* options, void** state, backend_caps* caps) {
@@ -49,6 +52,7 @@ static stalloc_status_t virtual_create(const stalloc_options_t* options, void** 
   /* Offsets start at the first 2 MiB boundary at or after the base so big alignments hold. */
   uint64_t lead = st_align_up((uint64_t)(uintptr_t)base, 1ull << 21) - (uint64_t)(uintptr_t)base;
   v->free_ranges[0] = (range){lead, capacity - lead};
+  v->lag = options->virtual_lag > 0 ? (uint64_t)options->virtual_lag : 0;
   *state = v;
   *caps = (backend_caps){.granularity = 4096, .can_grow = true, .map_granularity = MAP_GRANULE};
   return STALLOC_OK;
@@ -153,10 +157,81 @@ static stalloc_status_t virtual_map(void* state, void* at, uint64_t size) {
   return STALLOC_OK;
 }
 
+/* Both addresses map one granule's memory: nothing to do but check them. */
+static stalloc_status_t virtual_alias(void* state, void* from, void* to, uint64_t size) {
+  stalloc_status_t s = virtual_map(state, from, size);
+  return s ? s : virtual_map(state, to, size);
+}
+
 static stalloc_status_t virtual_total_memory(void* state, uint64_t* total) {
   *total = ((virtual_state*)state)->capacity;
   return STALLOC_OK;
 }
+
+/* ---- the lagged model: an asynchronous device without one ---- */
+
+/* The host waits until the device has done everything queued so far. */
+static void wait_for_device(virtual_state* v) {
+  if (v->last_queued >= v->caught_up && v->last_queued + v->lag > v->now) v->waits++;
+  v->caught_up = v->now + 1;
+}
+
+static void lagged_tick(void* state) {
+  virtual_state* v = state;
+  v->now++;
+}
+
+/* An event is the time it was recorded, plus one so it is never NULL. */
+static stalloc_status_t lagged_event_record(void* state, uint64_t stream, void** event) {
+  (void)stream;
+  virtual_state* v = state;
+  v->last_queued = v->now;
+  *event = (void*)(uintptr_t)(v->now + 1);
+  return STALLOC_OK;
+}
+
+static bool lagged_event_done(void* state, void* event) {
+  virtual_state* v = state;
+  uint64_t at = (uint64_t)(uintptr_t)event - 1;
+  return at + v->lag <= v->now || at < v->caught_up;
+}
+
+static void lagged_event_wait(void* state, void* event) {
+  if (!lagged_event_done(state, event)) wait_for_device(state);
+}
+
+static void lagged_event_destroy(void* state, void* event) {
+  (void)state;
+  (void)event;
+}
+
+static stalloc_status_t lagged_unmap(void* state, void* at, uint64_t size) {
+  stalloc_status_t s = virtual_map(state, at, size);
+  if (!s) wait_for_device(state); /* as cuda.c: queued work may still use the range */
+  return s;
+}
+
+uint64_t st_virtual_waits(void* state) { return ((virtual_state*)state)->waits; }
+
+const backend_ops st_backend_virtual_lagged = {
+    .name = "virtual",
+    .create = virtual_create,
+    .destroy = virtual_destroy,
+    .alloc = virtual_alloc,
+    .free = virtual_free,
+    .reserve = virtual_reserve,
+    .release = virtual_release,
+    .map = virtual_map,
+    .unmap = lagged_unmap,
+    .unmap_unused = virtual_map,
+    .alias = virtual_alias,
+    .event_record = lagged_event_record,
+    .event_done = lagged_event_done,
+    .event_destroy = lagged_event_destroy,
+    .event_wait = lagged_event_wait,
+    .tick = lagged_tick,
+    .total_memory = virtual_total_memory,
+};
 
 const backend_ops st_backend_virtual = {
     .name = "virtual",
@@ -168,5 +243,6 @@ const backend_ops st_backend_virtual = {
     .release = virtual_release,
     .map = virtual_map,
     .unmap = virtual_map,
+    .alias = virtual_alias,
     .total_memory = virtual_total_memory,
 };

@@ -54,6 +54,7 @@ stalloc_status_t stalloc_allocator_create(const stalloc_options_t* options, stal
   const char* record_path = a->options.record_path; /* read as far as struct_size reaches */
   a->options.record_path = NULL; /* not kept: the caller owns that string */
   a->ops = st_backend_get(a->options.backend);
+  if (a->options.backend == STALLOC_BACKEND_VIRTUAL && a->options.virtual_lag > 0) a->ops = &st_backend_virtual_lagged;
   s = a->ops->create(&a->options, &a->backend, &a->caps);
   if (s) {
     free(a);
@@ -240,6 +241,7 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "alloc: device %d, but this allocator serves device %d",
                    (int)device, (int)a->options.device);
   LOCK(a);
+  if (a->ops->tick) a->ops->tick(a->backend);
   if (a->deferred.head) collect_deferred(a);
   live_block* r = new_record(a);
   stalloc_status_t s;
@@ -379,6 +381,7 @@ stalloc_status_t stalloc_allocator_free(stalloc_allocator_t* a, void* ptr) {
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "free: NULL allocator");
   if (!ptr) return STALLOC_OK;
   LOCK(a);
+  if (a->ops->tick) a->ops->tick(a->backend);
   live_block* r = NULL;
   stalloc_status_t s = find_live(a, ptr, "free", &r);
   if (!s) release_live(a, r, r->stream);
@@ -391,6 +394,7 @@ stalloc_status_t stalloc_allocator_free_sized(stalloc_allocator_t* a, void* ptr,
   if (!a) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "free: NULL allocator");
   if (!ptr) return STALLOC_OK;
   LOCK(a);
+  if (a->ops->tick) a->ops->tick(a->backend);
   live_block* r = NULL;
   stalloc_status_t s = find_live(a, ptr, "free", &r);
   if (!s && (r->size != size || r->device != device))

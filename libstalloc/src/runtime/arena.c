@@ -15,7 +15,13 @@
  * the GPU there would stall the host at every free. Another stream may take it only once the
  * freeing stream's work up to the free is done. Frees are stamped with a clock; events are
  * recorded lazily, one per stream at a time, only when another stream asks, so a run on one
- * stream makes no event call at all. */
+ * stream makes no event call at all.
+ *
+ * On an asynchronous device a granule freed a moment ago may still be read by queued work, so
+ * unmapping it would wait for the device. Where that work is the requesting stream's, its
+ * memory is mapped at the new address as well (the backend's alias), without waiting: the
+ * stream's later work runs after it. The old address is unmapped once the work is done. So
+ * reserved memory does not grow because the host runs ahead of the device. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +29,10 @@
 #include "runtime/arena.h"
 
 enum { AR_FREE = 1, AR_USED = 2, AR_REGION = 4 };
-enum { MAPPED = 1, LISTED = 2 }; /* a granule's flags */
+/* A granule's flags. ALIASED: its address still maps memory that moved to another granule
+ * while queued work (its stream's, ordered before the new owner's) may use it there; it holds
+ * no memory of its own and is unmapped once that work is done. */
+enum { MAPPED = 1, LISTED = 2, ALIASED = 4 };
 
 struct st_arena_block {
   uint64_t start, size;
@@ -265,8 +274,10 @@ static bool usable(st_arena* a, st_arena_block* b, uint64_t stream) {
 static void settle_all(st_arena* a) {
   for (size_t i = 0; i < a->stream_count; i++) {
     stream_state* s = &a->streams[i];
-    while (!stream_reached(a, s, s->last))
+    while (!stream_reached(a, s, s->last)) {
       if (!s->event) break; /* no event to wait on: its blocks stay its own */
+      if (a->ops->event_wait) a->ops->event_wait(a->backend, s->event);
+    }
   }
 }
 
@@ -330,6 +341,21 @@ static bool granule_unused(st_arena* a, size_t g) {
   return true;
 }
 
+/* Unmaps aliased granule g's address (no memory of its own), waiting for the device only if
+ * queued work may still use it. */
+static void unmap_alias(st_arena* a, size_t g) {
+  bool unused = granule_unused(a, g);
+  stream_state* s = unused || a->gstamp[g] == MIXED || !a->ops->event_wait ? NULL : stream_find(a, a->gstream[g]);
+  while (s && !unused && s->event) { /* wait for that stream's work up to the free, not the device's */
+    a->ops->event_wait(a->backend, s->event);
+    unused = granule_unused(a, g);
+  }
+  if (unused && a->ops->unmap_unused) a->ops->unmap_unused(a->backend, a->base + g * a->granule, a->granule);
+  else a->ops->unmap(a->backend, a->base + g * a->granule, a->granule);
+  a->mapped[g] = 0;
+  a->gstamp[g] = 0;
+}
+
 /* Takes entry i off the cached list. */
 static size_t drop_cached(st_arena* a, size_t i) {
   size_t g = a->cached[i];
@@ -342,7 +368,7 @@ static size_t drop_cached(st_arena* a, size_t i) {
 static size_t pop_cached(st_arena* a) {
   while (a->cached_count) {
     size_t g = drop_cached(a, a->cached_count - 1);
-    if (a->mapped[g] && !a->refs[g]) return g;
+    if (a->mapped[g] == MAPPED && !a->refs[g]) return g;
   }
   return SIZE_MAX;
 }
@@ -352,7 +378,7 @@ static size_t pop_cached(st_arena* a) {
 static size_t pop_unused(st_arena* a) {
   for (size_t i = 0, asked = 0; i < a->cached_count && asked < 16;) {
     size_t g = a->cached[i];
-    if (!a->mapped[g] || a->refs[g]) {
+    if (!(a->mapped[g] & MAPPED) || a->refs[g]) {
       drop_cached(a, i);
       continue;
     }
@@ -363,19 +389,49 @@ static size_t pop_unused(st_arena* a) {
   return SIZE_MAX;
 }
 
+/* A cached granule whose queued work is all `stream`'s (so that stream's later work may use its
+ * memory at once), or SIZE_MAX; the oldest few are looked at. */
+static size_t pop_same_stream(st_arena* a, uint64_t stream) {
+  if (!a->ops->alias || stream == ANY_STREAM) return SIZE_MAX;
+  for (size_t i = 0, looked = 0; i < a->cached_count && looked < 16; i++) {
+    size_t g = a->cached[i];
+    if (!(a->mapped[g] & MAPPED) || a->refs[g]) continue; /* stale: pop_unused drops it */
+    looked++;
+    if (a->gstamp[g] != MIXED && a->gstream[g] == stream) return drop_cached(a, i);
+  }
+  return SIZE_MAX;
+}
+
+/* Maps cached granule c's memory at granule g too, leaving c's address aliased until its queued
+ * work is done; false: the backend could not, and c is as it was. */
+static bool alias_granule(st_arena* a, size_t c, size_t g) {
+  if (a->ops->alias(a->backend, a->base + c * a->granule, a->base + g * a->granule, a->granule) != STALLOC_OK) {
+    st_clear_error();
+    return false;
+  }
+  a->mapped[c] = ALIASED;
+  a->mapped[g] = MAPPED;
+  return true;
+}
+
+/* Lists mapped granule g, with no live block, as cached. */
+static void list_cached(st_arena* a, size_t g) {
+  uint32_t* c = st_room(a->cached, a->cached_count, &a->cached_cap, sizeof *c, 64);
+  if (!c) {
+    unmap_granule(a, g, false); /* no room to remember it: give it back now */
+    return;
+  }
+  a->cached = c;
+  a->cached[a->cached_count++] = (uint32_t)g;
+  a->mapped[g] |= LISTED;
+}
+
 /* Uncounts a range: a block freed on `stream` at `stamp` (0: no queued work uses it). */
 static void unref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream, uint64_t stamp) {
   for (size_t g = start / a->granule, e = (start + size - 1) / a->granule; g <= e; g++) {
     granule_freed(a, g, stream, stamp);
     if (--a->refs[g] || a->mapped[g] != MAPPED) continue; /* live, unmapped or listed already */
-    uint32_t* c = st_room(a->cached, a->cached_count, &a->cached_cap, sizeof *c, 64);
-    if (!c) {
-      unmap_granule(a, g, false); /* no room to remember it: give it back now */
-      continue;
-    }
-    a->cached = c;
-    a->cached[a->cached_count++] = (uint32_t)g;
-    a->mapped[g] |= LISTED;
+    list_cached(a, g);
   }
 }
 
@@ -394,17 +450,25 @@ static bool move_granule(st_arena* a, size_t c, size_t g) {
 }
 
 /* Counts the block on its granules, mapping those not mapped, each after giving back a cached
- * granule that no queued work touches: reserved memory grows only when none is, and the host
- * never waits for the device here (that would stall every step), except when memory is short. */
-static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size) {
+ * granule that no queued work touches, or (at the peak) aliasing one whose queued work is the
+ * requesting stream's: reserved memory grows only when neither is. The host waits for the
+ * device here only when memory is short or an aliased address is needed before its work is
+ * done (that stream's work, not the device's). */
+static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream) {
   size_t first = start / a->granule, last = (start + size - 1) / a->granule;
   if (!grow_tables(a, last + 1)) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   for (size_t g = first; g <= last; g++) {
+    if (a->mapped[g] == ALIASED) unmap_alias(a, g);
     size_t c = a->mapped[g] ? SIZE_MAX : pop_unused(a);
     if (c != SIZE_MAX && !move_granule(a, c, g)) {
       unmap_granule(a, c, true);
       st_clear_error(); /* a failed move may have unmapped it already */
     }
+    /* Below the peak a new granule costs no peak memory, and an alias may cost a wait later. */
+    bool at_peak = a->budget->reserved + a->granule > a->budget->peak_reserved;
+    if (c == SIZE_MAX && !a->mapped[g] && at_peak && (c = pop_same_stream(a, stream)) != SIZE_MAX &&
+        !alias_granule(a, c, g))
+      list_cached(a, c); /* back on the list, as it was */
     if (!a->mapped[g]) {
       while (!st_budget_allows(a->budget, a->granule) && (c = pop_cached(a)) != SIZE_MAX)
         unmap_granule(a, c, false);
@@ -514,7 +578,8 @@ stalloc_status_t st_arena_create(const backend_ops* ops, void* backend, const ba
 void st_arena_destroy(st_arena* a) {
   if (!a) return;
   for (size_t g = 0; g < a->granules; g++)
-    if (a->mapped[g]) unmap_granule(a, g, false);
+    if (a->mapped[g] == ALIASED) unmap_alias(a, g);
+    else if (a->mapped[g]) unmap_granule(a, g, false);
   a->ops->release(a->backend, a->reserved_base, a->reserved);
   for (size_t i = 0; i < a->stream_count; i++)
     if (a->streams[i].event) a->ops->event_destroy(a->backend, a->streams[i].event);
@@ -673,7 +738,7 @@ stalloc_status_t st_arena_alloc(st_arena* a, uint64_t size, uint64_t stream, voi
   st_arena_block* b;
   stalloc_status_t s = carve(a, need ? need : size, a->alignment, stream, &b, &grew);
   if (s) return s;
-  if ((s = ref(a, b->start, b->size))) {
+  if ((s = ref(a, b->start, b->size, stream))) {
     uncarve(a, b, grew);
     return s;
   }
@@ -700,7 +765,7 @@ bool st_arena_alloc_at(st_arena* a, uint64_t offset, uint64_t size, uint64_t str
   uint64_t need = st_align_up(size, a->alignment), grew;
   st_arena_block* b;
   if (!a->by_address || !carve_at(a, offset, need, stream, &b, &grew)) return false;
-  if (ref(a, b->start, b->size)) {
+  if (ref(a, b->start, b->size, stream)) {
     uncarve(a, b, grew);
     st_clear_error();
     return false;
@@ -749,7 +814,7 @@ stalloc_status_t st_arena_region(st_arena* a, uint64_t size, uint64_t align, voi
 }
 
 stalloc_status_t st_arena_region_ref(st_arena* a, const void* ptr, uint64_t size) {
-  return ref(a, (uint64_t)((const uint8_t*)ptr - a->base), size);
+  return ref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, ANY_STREAM);
 }
 
 /* The runtime lets go of a range only once its queued work is done (a freed block's event). */

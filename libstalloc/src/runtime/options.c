@@ -46,6 +46,7 @@ static const option_desc OPTIONS[] = {
     {"STALLOC_RECORD_PATH", OPT_STRING, offsetof(stalloc_options_t, record_path)},
     {"STALLOC_TINY_ALIGNMENT", OPT_BYTES, offsetof(stalloc_options_t, tiny_alignment)},
     {"STALLOC_GROWABLE_POOL", OPT_INT, offsetof(stalloc_options_t, growable_pool)},
+    {"STALLOC_VIRTUAL_LAG", OPT_INT, offsetof(stalloc_options_t, virtual_lag)},
 };
 
 void stalloc_options_init(stalloc_options_t* o) {

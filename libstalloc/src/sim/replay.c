@@ -246,6 +246,10 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
   ao.record_path = NULL;
   ao.alignment = o.alignment ? o.alignment : plan && plan->alignment ? plan->alignment : 512;
   if (o.virtual_capacity) ao.virtual_capacity = o.virtual_capacity;
+  if (o.device_lag < 0 || (o.device_lag && o.backend != STALLOC_BACKEND_VIRTUAL))
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "replay: device_lag %d needs the virtual backend and must be >= 0",
+                   (int)o.device_lag);
+  ao.virtual_lag = o.device_lag;
   ao.growable_pool = o.growable_pool;
   stalloc_allocator_t* a;
   s = stalloc_allocator_create(&ao, &a);
@@ -350,6 +354,7 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
     out.timeline_count = tl.count;
     out.seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     out.hinted = st.hinted_allocs;
+    if (a->ops == &st_backend_virtual_lagged) out.device_waits = st_virtual_waits(a->backend);
     stalloc_online_info_t info;
     stalloc_online_info_init(&info);
     if (o.online && stalloc_allocator_online_info(a, &info) == STALLOC_OK) {
