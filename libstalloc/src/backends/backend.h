@@ -67,11 +67,6 @@ const backend_ops* st_backend_get(stalloc_backend_kind_t kind);
 
 extern const backend_ops st_backend_host;
 extern const backend_ops st_backend_virtual;
-/* The virtual backend as an asynchronous device (options.virtual_lag > 0): frees' queued work
- * finishes virtual_lag allocator calls later; st_virtual_waits counts the times the host had
- * to wait for it (an unmap of a range queued work may use, or event_wait). */
-extern const backend_ops st_backend_virtual_lagged;
-uint64_t st_virtual_waits(void* state);
 extern const backend_ops st_backend_cuda;
 
 #endif

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "backends/backend.h"
+#include "backends/virtual.h"
 
 #define MAP_GRANULE (2ull << 20) /* cuMemGetAllocationGranularity's answer on current GPUs */
 

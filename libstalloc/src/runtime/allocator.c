@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/virtual.h"
 #include "base/struct_size.h"
 #include "runtime/allocator.h"
 #include "runtime/record.h"

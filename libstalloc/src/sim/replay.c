@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/virtual.h"
 #include "base/grow.h"
 #include "base/struct_size.h"
 #include "runtime/allocator.h"
