@@ -255,6 +255,42 @@ def test_layout_hints_lower_a_first_runs_waste(name):
     assert waste[1] < waste[0] / 2
 
 
+def padded_run(scales, layers=10, weights=8) -> Trace:
+    """Steps of one kind whose sizes follow the batch's padded length (`scales`): each layer
+    keeps an activation and allocates a temporary freed once the next layer's activation is
+    in, so best fit leaves the temporaries' holes among the activations."""
+    e = Events()
+    e.step(0)
+    for w in range(weights):
+        e.alloc((1 + w % 3) * MiB)
+    for step, s in enumerate(scales, start=1):
+        e.step(step)
+        acts, tmp = [], None
+        for layer in range(layers):
+            acts.append(e.alloc(s * (5 + layer % 3) * MiB // 4))
+            if tmp is not None:
+                e.free(tmp)
+            tmp = e.alloc(s * (1 + layer % 4) * MiB // 2)
+        e.free(tmp)
+        for a in reversed(acts):
+            e.free(e.alloc(s * MiB // 2))
+            e.free(a)
+    e.step(len(scales) + 1)
+    return e.trace()
+
+
+def test_layout_hints_follow_a_shape_no_step_had():
+    # Dynamic padding: the last step is longer than any before. Its sizes are predicted from
+    # its first request (each position keeps its size or follows the length, learned from two
+    # steps of other lengths), so the step is placed as itself and follows its hints whole.
+    scales = [3, 3, 2, 4, 3, 6]
+    run, before = replay(padded_run(scales), online=True), replay(padded_run(scales[:-1]), online=True)
+    best_fit = replay(padded_run(scales), online={"layout_hints": 0})
+    assert run["hinted"] - before["hinted"] == 3 * 10  # every request of the last step
+    assert run["peak_reserved"] - run["peak_allocated"] < (best_fit["peak_reserved"] - best_fit["peak_allocated"]) / 4
+    assert run["steps"][-2]["peak_reserved"] == max(s["peak_reserved"] for s in run["steps"])
+
+
 def test_layout_hints_never_share_bytes():
     # The overlap check runs on every alloc of a replay; hints from steps unlike the next (a
     # shape that changes every step, an evaluation pass) are only places to look first.

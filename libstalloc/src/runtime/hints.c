@@ -26,6 +26,7 @@
 #include "plan/place.h"
 #include "runtime/arena.h"
 #include "runtime/hints.h"
+#include "runtime/shapes.h"
 
 #define LIVE UINT32_MAX /* freed_at of a block not freed in its step */
 #define SETS 4          /* kinds of step with hints of their own */
@@ -39,6 +40,7 @@ typedef struct hint_job {
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
   double seconds;
   bool ok;
+  bool predicted;        /* sizes predicted for the step under way (shapes.h) */
   atomic_int done;
 } hint_job;
 
@@ -57,6 +59,7 @@ struct st_hints {
   uint32_t step;         /* the step under way */
   bool spoiled;          /* some of its requests went elsewhere */
   uint64_t* sizes;       /* the step under way: each position's aligned size */
+  uint64_t* asked;       /* its requested size */
   uint32_t* freed_at;    /* allocs before its free, or LIVE */
   size_t n, cap;
   /* The blocks the step before left live, in order of position: their sizes, and the allocs
@@ -70,11 +73,18 @@ struct st_hints {
   int active;            /* the set serving the step under way, or -1 */
   uint32_t hits, misses;
   hint_job* job;
+  /* A layout of the step that ended, started once the next step's request at the kind's key
+   * position says its shape (shapes.h): a shape no step had before is placed as itself. */
+  hint_job* pending;
+  size_t pending_key;
+  st_shapes* shapes;
   pthread_t thread;
   bool thread_live;
   uint64_t made, kept;   /* layouts finished, and kept */
   double longest, total; /* seconds they took */
 };
+
+static void start_pending(st_hints* h);
 
 stalloc_status_t st_hints_create(uint64_t alignment, bool wait, st_hints** out) {
   st_hints* h = calloc(1, sizeof *h);
@@ -83,6 +93,7 @@ stalloc_status_t st_hints_create(uint64_t alignment, bool wait, st_hints** out) 
   h->wait = wait;
   h->step = 1;
   h->active = -1;
+  h->shapes = st_shapes_create(); /* NULL: no host memory, hints without predicted shapes */
   *out = h;
   return STALLOC_OK;
 }
@@ -111,7 +122,10 @@ void st_hints_destroy(st_hints* h) {
   if (!h) return;
   join(h);
   free_job(h->job);
+  free_job(h->pending);
+  st_shapes_destroy(h->shapes);
   free(h->sizes);
+  free(h->asked);
   free(h->freed_at);
   free(h->rank_of);
   free(h->crossed_size);
@@ -166,12 +180,13 @@ static void adopt(st_hints* h) {
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
                             same ? was.skip : 0};
     /* More than one position in 16 changed size since the kind's step before (an MoE gate
-     * routes other sizes each step, a padded length changes): the next step would follow its
-     * hints only in part, and the blocks placed before they stop can cost more than best fit
-     * alone. The kind backs off as when its hints stop. */
-    if (changed > job->requests / 16) back_off(&h->sets[i]);
+     * routes other sizes each step, a padded length changes) and no rule said how: the next
+     * step would follow its hints only in part, and the blocks placed before they stop can
+     * cost more than best fit alone. The kind backs off as when its hints stop. */
+    if (!job->predicted && changed > job->requests / 16) back_off(&h->sets[i]);
     job->offsets = NULL;
-    if (h->active < 0 || h->active == i) h->active = i; /* a step under way keeps its kind's */
+    /* a step under way keeps its kind's; sizes predicted for it are its own */
+    if (h->active < 0 || h->active == i || job->predicted) h->active = i;
   }
   free_job(job);
 }
@@ -200,11 +215,14 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   uint64_t need = st_align_up(size, h->alignment);
   uint32_t position = LIVE;
   if (!h->spoiled && h->n < UINT32_MAX - 1) {
-    size_t cap = h->cap; /* two arrays of one length */
+    size_t cap = h->cap; /* three arrays of one length */
     uint64_t* s = st_room(h->sizes, h->n, &cap, sizeof *s, 1024);
     if (s) h->sizes = s;
     cap = h->cap;
-    uint32_t* f = s ? st_room(h->freed_at, h->n, &cap, sizeof *f, 1024) : NULL;
+    uint64_t* a = s ? st_room(h->asked, h->n, &cap, sizeof *a, 1024) : NULL;
+    if (a) h->asked = a;
+    cap = h->cap;
+    uint32_t* f = a ? st_room(h->freed_at, h->n, &cap, sizeof *f, 1024) : NULL;
     if (f) {
       h->freed_at = f;
       h->cap = cap;
@@ -213,10 +231,12 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
     }
     if (!h->spoiled) {
       h->sizes[h->n] = need;
+      h->asked[h->n] = size;
       h->freed_at[h->n] = LIVE;
       position = (uint32_t)h->n++;
     }
   }
+  if (h->pending && position == h->pending_key) start_pending(h);
   if (h->active < 0 || position == LIVE) return position;
   const hint_set* s = &h->sets[h->active];
   if (position < s->count && s->size[position] != need && position < PROBE) recognise(h);
@@ -362,6 +382,32 @@ static uint32_t* predict_frees(const st_hints* h) {
   return goes;
 }
 
+static void start(st_hints* h, hint_job* job) {
+  h->job = job;
+  if (pthread_create(&h->thread, NULL, place_thread, job) == 0) h->thread_live = true;
+  else place_thread(job);
+}
+
+/* The step under way reached its kind's key position: the layout of the step before, with
+ * each position's size as the rules say this step's shape makes it (unchanged when the shape
+ * is), is started; a replay waits for it, so the whole step follows it. */
+static void start_pending(st_hints* h) {
+  hint_job* job = h->pending;
+  h->pending = NULL;
+  size_t n = job->requests;
+  uint64_t* predicted = malloc((n ? n : 1) * sizeof *predicted);
+  if (predicted && st_shapes_predict(h->shapes, n, h->asked[h->pending_key], predicted)) {
+    for (size_t j = 0; j < n; j++) {
+      uint64_t size = st_align_up(predicted[j], job->alignment);
+      job->predicted |= size != job->items[j].size;
+      job->items[j].size = size;
+    }
+  }
+  free(predicted);
+  start(h, job);
+  if (h->wait) adopt(h);
+}
+
 /* A job placing the step that ended around the blocks in use; NULL: no host memory. */
 static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* sizes, const uint64_t* tags,
                           size_t taken) {
@@ -427,9 +473,16 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
     if (stopped(h)) back_off(used);
     else used->failed = 0;
   }
-  if (starts && st_hints_wants_layout(h) && (h->job = make_job(h, starts, sizes, tags, count))) {
-    if (pthread_create(&h->thread, NULL, place_thread, h->job) == 0) h->thread_live = true;
-    else place_thread(h->job);
+  free_job(h->pending); /* the step had no request at its key position */
+  h->pending = NULL;
+  if (!h->spoiled) st_shapes_learn(h->shapes, h->asked, h->n);
+  hint_job* job = starts && st_hints_wants_layout(h) ? make_job(h, starts, sizes, tags, count) : NULL;
+  size_t key = job && expected == h->n ? st_shapes_key_position(h->shapes, h->n) : ST_SHAPE_NONE;
+  if (key != ST_SHAPE_NONE) { /* started at the next step's key position */
+    h->pending = job;
+    h->pending_key = key;
+  } else if (job) {
+    start(h, job);
   }
   free(starts);
   free(sizes);

@@ -1,0 +1,33 @@
+/* shapes.h - each position's request size as a function of the step's shape (shapes.c): under
+ * dynamic padding, a curriculum or a batch ramp, a step has the same allocs as the step before
+ * of its kind, each scaled by the batch's tokens or not at all. Learned from the steps so far,
+ * so the layout hints can place a step whose shape no step had before. Not thread-safe: the
+ * hints call it with the allocator's lock held. */
+#ifndef STALLOC_SHAPES_H
+#define STALLOC_SHAPES_H
+
+#include "base/internal.h"
+
+#define ST_SHAPE_NONE SIZE_MAX
+
+typedef struct st_shapes st_shapes;
+
+/* NULL: no host memory (then nothing is predicted). */
+st_shapes* st_shapes_create(void);
+void st_shapes_destroy(st_shapes* s);
+
+/* A step of n allocs ended, with these requested sizes by position: learn how each position
+ * follows the step's key (the first position whose size changed between two steps of the
+ * kind). */
+void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n);
+
+/* The key position of the kind of n allocs, once two of its steps differed, else
+ * ST_SHAPE_NONE. */
+size_t st_shapes_key_position(const st_shapes* s, size_t n);
+
+/* The sizes of a step of n allocs whose request at the key position is `key`, from the kind's
+ * latest step: out[j] for every position (a position that follows no rule keeps its size).
+ * false: the kind's rules are not known. */
+bool st_shapes_predict(const st_shapes* s, size_t n, uint64_t key, uint64_t* out);
+
+#endif
