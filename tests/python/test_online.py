@@ -255,39 +255,47 @@ def test_layout_hints_lower_a_first_runs_waste(name):
     assert waste[1] < waste[0] / 2
 
 
-def padded_run(scales, layers=10, weights=8) -> Trace:
-    """Steps of one kind whose sizes follow the batch's padded length (`scales`): each layer
-    keeps an activation and allocates a temporary freed once the next layer's activation is
-    in, so best fit leaves the temporaries' holes among the activations."""
+def padded_run(steps, layers=10, weights=8) -> Trace:
+    """Steps of one kind whose sizes follow the padded length of each micro-batch (`steps`: a
+    tuple of lengths per step, the batch's input ids allocated first, as a data loader hands
+    them over): each layer keeps an activation and allocates a temporary freed once the next
+    layer's activation is in, so best fit leaves the temporaries' holes among the activations."""
     e = Events()
     e.step(0)
     for w in range(weights):
         e.alloc((1 + w % 3) * MiB)
-    for step, s in enumerate(scales, start=1):
+    for step, lengths in enumerate(steps, start=1):
         e.step(step)
-        acts, tmp = [], None
-        for layer in range(layers):
-            acts.append(e.alloc(s * (5 + layer % 3) * MiB // 4))
-            if tmp is not None:
-                e.free(tmp)
-            tmp = e.alloc(s * (1 + layer % 4) * MiB // 2)
-        e.free(tmp)
-        for a in reversed(acts):
-            e.free(e.alloc(s * MiB // 2))
-            e.free(a)
-    e.step(len(scales) + 1)
+        inputs = [e.alloc(s * 4096) for s in lengths]
+        for s, ids in zip(lengths, inputs):
+            acts, tmp = [], None
+            for layer in range(layers):
+                acts.append(e.alloc(s * (5 + layer % 3) * MiB // 4))
+                if tmp is not None:
+                    e.free(tmp)
+                tmp = e.alloc(s * (1 + layer % 4) * MiB // 2)
+            e.free(tmp)
+            for a in reversed(acts):
+                e.free(e.alloc(s * MiB // 2))
+                e.free(a)
+            e.free(ids)
+    e.step(len(steps) + 1)
     return e.trace()
 
 
-def test_layout_hints_follow_a_shape_no_step_had():
-    # Dynamic padding: the last step is longer than any before. Its sizes are predicted from
-    # its first request (each position keeps its size or follows the length, learned from two
-    # steps of other lengths), so the step is placed as itself and follows its hints whole.
-    scales = [3, 3, 2, 4, 3, 6]
-    run, before = replay(padded_run(scales), online=True), replay(padded_run(scales[:-1]), online=True)
-    best_fit = replay(padded_run(scales), online={"layout_hints": 0})
-    assert run["hinted"] - before["hinted"] == 3 * 10  # every request of the last step
-    assert run["peak_reserved"] - run["peak_allocated"] < (best_fit["peak_reserved"] - best_fit["peak_allocated"]) / 4
+@pytest.mark.parametrize("steps", [
+    [(3,), (3,), (2,), (4,), (3,), (6,)],  # dynamic padding
+    [(3, 2), (3, 3), (2, 4), (4, 1), (3, 3), (6, 5)],  # two micro-batches, each padded on its own
+], ids=["dynpad", "accumvar"])
+def test_layout_hints_follow_a_shape_no_step_had(steps):
+    # The last step is longer than any before. Its sizes are predicted from its first requests
+    # (each position keeps its size or follows one micro-batch's length, learned from steps of
+    # other lengths), so the step is placed as itself and follows its hints whole.
+    run, before = replay(padded_run(steps), online=True), replay(padded_run(steps[:-1]), online=True)
+    best_fit = replay(padded_run(steps), online={"layout_hints": 0})
+    requests = len(steps[-1]) * (1 + 3 * 10)
+    assert run["hinted"] - before["hinted"] >= requests - len(steps[-1])  # all but the input ids
+    assert run["peak_reserved"] - run["peak_allocated"] < (best_fit["peak_reserved"] - best_fit["peak_allocated"]) / 2
     assert run["steps"][-2]["peak_reserved"] == max(s["peak_reserved"] for s in run["steps"])
 
 

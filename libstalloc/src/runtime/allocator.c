@@ -217,8 +217,10 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
     }
   }
   if (hinted || (a->arena && (s = st_arena_alloc(a->arena, size, stream, p, &ablock)) == STALLOC_OK)) {
-    if (__builtin_expect(position != UINT32_MAX, 0)) /* where its free is told to the hints */
+    if (__builtin_expect(position != UINT32_MAX, 0)) { /* where its free is told to the hints */
       *st_arena_tag(ablock) = (uint64_t)st_hints_step(a->hints) << 32 | position;
+      st_hints_placed(a->hints, position, st_arena_offset(a->arena, *p));
+    }
     *handle = ablock;
     *origin = ORIGIN_ARENA;
     if (a->runtime) st_runtime_missed_into_arena(a->runtime);

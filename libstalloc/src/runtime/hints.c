@@ -40,7 +40,7 @@ typedef struct hint_job {
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
   double seconds;
   bool ok;
-  bool predicted;        /* sizes predicted for the step under way (shapes.h) */
+  bool predicted;        /* sizes the rules foretold for the step under way (shapes.h) */
   atomic_int done;
 } hint_job;
 
@@ -51,6 +51,8 @@ typedef struct hint_set {
   uint64_t made;         /* the step they came from */
   uint32_t failed;       /* steps of this kind in a row whose hints stopped */
   uint32_t skip;         /* steps of this kind still to serve without hints */
+  bool missed;           /* ... because they missed (not because sizes changed with no rule) */
+  bool foretold;         /* made with sizes the rules foretold (shapes.h) */
 } hint_set;
 
 struct st_hints {
@@ -71,6 +73,7 @@ struct st_hints {
   size_t crossed;
   hint_set sets[SETS];
   int active;            /* the set serving the step under way, or -1 */
+  bool resting;          /* the step under way goes without hints: its kind backs off */
   uint32_t hits, misses;
   hint_job* job;
   /* A layout of the step that ended, started once the next step's request at the kind's key
@@ -143,10 +146,12 @@ static int set_of(const st_hints* h, size_t count) {
   return -1;
 }
 
-/* Hints that missed: the next 1, 3, 7, ... (up to 63) steps of their kind go without. */
-static void back_off(hint_set* s) {
+/* Hints that missed (or whose sizes changed with no rule): the next 1, 3, 7, ... (up to 63)
+ * steps of their kind go without. */
+static void back_off(hint_set* s, bool missed) {
   s->failed = ST_MIN(s->failed + 1, 6u);
   s->skip = (1u << s->failed) - 1;
+  s->missed = missed;
 }
 
 /* The finished job's offsets become the hints of its kind (in place of the oldest set, for a
@@ -178,15 +183,17 @@ static void adopt(st_hints* h) {
     }
     clear_set(&h->sets[i]);
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
-                            same ? was.skip : 0};
+                            same ? was.skip : 0, same && was.missed, job->predicted};
     /* More than one position in 16 changed size since the kind's step before (an MoE gate
      * routes other sizes each step, a padded length changes) and no rule said how: the next
      * step would follow its hints only in part, and the blocks placed before they stop can
      * cost more than best fit alone. The kind backs off as when its hints stop. */
-    if (!job->predicted && changed > job->requests / 16) back_off(&h->sets[i]);
+    if (!job->predicted && changed > job->requests / 16) back_off(&h->sets[i], false);
     job->offsets = NULL;
-    /* a step under way keeps its kind's; sizes predicted for it are its own */
-    if (h->active < 0 || h->active == i || job->predicted) h->active = i;
+    /* a step under way keeps its kind's; sizes predicted for it are its own, and what the
+     * hints before them missed says nothing of these */
+    if (!h->resting && (h->active < 0 || h->active == i || job->predicted)) h->active = i;
+    if (!h->resting && job->predicted) h->hits = h->misses = 0;
   }
   free_job(job);
 }
@@ -245,6 +252,10 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   if (s->size[position] == need) *offset = s->offset[position];
   else h->misses++; /* another size there: not the step planned */
   return position;
+}
+
+void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset) {
+  if (h->pending && position < h->pending_key) h->pending->items[position].fixed_offset = offset;
 }
 
 void st_hints_outcome(st_hints* h, bool taken) {
@@ -390,20 +401,26 @@ static void start(st_hints* h, hint_job* job) {
 
 /* The step under way reached its kind's key position: the layout of the step before, with
  * each position's size as the rules say this step's shape makes it (unchanged when the shape
- * is), is started; a replay waits for it, so the whole step follows it. */
+ * is), is started; a replay waits for it, so the whole step follows it. When the step's own
+ * requests so far are not what the rules say (a position changed that never had before), the
+ * rules are not complete yet: the step goes by best fit, and the boundary learns from it. */
 static void start_pending(st_hints* h) {
   hint_job* job = h->pending;
   h->pending = NULL;
-  size_t n = job->requests;
+  size_t n = job->requests, seen = h->pending_key + 1;
   uint64_t* predicted = malloc((n ? n : 1) * sizeof *predicted);
-  if (predicted && st_shapes_predict(h->shapes, n, h->asked[h->pending_key], predicted)) {
-    for (size_t j = 0; j < n; j++) {
-      uint64_t size = st_align_up(predicted[j], job->alignment);
-      job->predicted |= size != job->items[j].size;
-      job->items[j].size = size;
-    }
+  if (predicted && st_shapes_predict(h->shapes, n, h->asked, predicted)) {
+    job->predicted = true;
+    for (size_t j = 0; j < n; j++) job->items[j].size = st_align_up(predicted[j], job->alignment);
+    for (size_t j = 0; j < seen && job; j++)
+      if (job->items[j].size != h->sizes[j]) {
+        free_job(job);
+        job = NULL;
+        h->active = -1;
+      }
   }
   free(predicted);
+  if (!job) return;
   start(h, job);
   if (h->wait) adopt(h);
 }
@@ -470,7 +487,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
                        uint64_t expected) {
   if (h->active >= 0 && (h->hits || h->misses)) { /* how the step's hints did */
     hint_set* used = &h->sets[h->active];
-    if (stopped(h)) back_off(used);
+    if (stopped(h)) back_off(used, true);
     else used->failed = 0;
   }
   free_job(h->pending); /* the step had no request at its key position */
@@ -494,7 +511,12 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   if (k >= 0) h->active = k; /* else the latest hints made */
   if (h->active >= 0 && h->sets[h->active].skip) { /* its hints stopped in its last steps */
     h->sets[h->active].skip--;
+    /* sizes foretold by the rules, when they come, still serve a step that rests because
+     * hints made without them missed, or because its kind's sizes changed with no rule */
+    h->resting = h->sets[h->active].missed && h->sets[h->active].foretold;
     h->active = -1;
+  } else {
+    h->resting = false;
   }
   h->step++;
   h->spoiled = false;

@@ -19,6 +19,9 @@ uint32_t st_hints_step(const st_hints* h);
 /* A request the growable pool serves, at the next position of the step: its position (for
  * st_hints_freed); *offset is where the hints put it, or UINT64_MAX for none. */
 uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset);
+/* Where the request at `position` went (an offset in the pool): the requests a step makes before
+ * its shape is known stay where they are in the layout made once it is. */
+void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset);
 /* Whether the hinted place was free (false: it went where best fit put it). Hints that miss
  * too often stop for the rest of the step: the step is not like the one they came from. */
 void st_hints_outcome(st_hints* h, bool taken);

@@ -1,24 +1,29 @@
-/* shapes.c - each position's size as a function of the step's key (see shapes.h).
+/* shapes.c - each position's size as a function of the step's keys (see shapes.h).
  *
  * A kind is the number of allocs in a step, as in online.c and hints.c. For each kind the
  * latest step's sizes are kept, and per position a rule: the same size whatever the shape
- * (weights' gradients, optimizer scratch), proportional to the key (activations: batch x
- * tokens), or to its square (eager attention scores), or none seen. A rule is learned from
- * two steps whose keys differ and kept while later steps agree with it. */
+ * (weights' gradients, optimizer scratch), proportional to a key position's size (activations:
+ * batch x tokens), or to its square (eager attention scores), or none seen. A key is a position
+ * whose size changed where no key before it explains the change: the first micro-batch's input
+ * ids, the second's when they are padded each to its own length. Rules are learned from two
+ * steps whose sizes differ and kept while later steps agree with them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/shapes.h"
 
 #define KINDS 4
+#define KEYS 4
+#define EARLY 16 /* keys are among a step's first requests: its inputs set its shape */
 
 enum { SAME = 0, LINEAR = 1, SQUARE = 2, NO_RULE = 3 };
 
 typedef struct kind_shape {
   size_t n;            /* allocs; 0: unused */
   uint64_t* size;      /* the kind's latest step, by position */
-  uint8_t* rule;       /* by position */
-  size_t key;          /* key position, or ST_SHAPE_NONE */
+  uint8_t* rule;       /* by position: the rule, and (bits 2-3) the key it follows */
+  size_t key[KEYS];    /* key positions, in the order they were found */
+  int keys;
   bool explained;      /* the rules explained the kind's latest change of shape */
   uint64_t seen;       /* when it was last learned from (the oldest gives its place) */
 } kind_shape;
@@ -48,75 +53,101 @@ static const kind_shape* find(const st_shapes* s, size_t n) {
   return NULL;
 }
 
-/* Which rule takes `was` at key `from` to `now` at key `to` exactly. */
-static uint8_t rule_of(uint64_t was, uint64_t now, uint64_t from, uint64_t to) {
-  if (was == now) return SAME;
+/* Whether `rule` takes `was` at key `from` to `now` at key `to` exactly. */
+static bool holds(uint8_t rule, uint64_t was, uint64_t now, uint64_t from, uint64_t to) {
   unsigned __int128 a = (unsigned __int128)now * from, b = (unsigned __int128)was * to;
-  if (a == b) return LINEAR;
-  if (from < (1ull << 32) && to < (1ull << 32) && a * from == b * to) return SQUARE;
-  return NO_RULE;
+  switch (rule) {
+    case SAME: return was == now;
+    case LINEAR: return a == b;
+    case SQUARE: return from < (1ull << 32) && to < (1ull << 32) && a * from == b * to;
+    default: return false;
+  }
+}
+
+/* A kind not seen (or given up): its first step, no rules yet. NULL: no host memory. */
+static kind_shape* add_kind(st_shapes* s, const uint64_t* sizes, size_t n) {
+  kind_shape* k = &s->kinds[0];
+  for (int i = 1; i < KINDS && k->n; i++)
+    if (!s->kinds[i].n || s->kinds[i].seen < k->seen) k = &s->kinds[i];
+  clear(k);
+  k->size = malloc(n * sizeof *k->size);
+  k->rule = malloc(n * sizeof *k->rule);
+  if (!k->size || !k->rule) {
+    clear(k);
+    return NULL;
+  }
+  memcpy(k->size, sizes, n * sizeof *sizes);
+  memset(k->rule, NO_RULE, n);
+  k->n = n;
+  return k;
 }
 
 void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
   if (!s || !n) return;
-  kind_shape* k = (kind_shape*)find(s, n);
   s->clock++;
-  if (!k) { /* a kind not seen (or given up): its first step, no rules yet */
-    k = &s->kinds[0];
-    for (int i = 1; i < KINDS && k->n; i++)
-      if (!s->kinds[i].n || s->kinds[i].seen < k->seen) k = &s->kinds[i];
-    clear(k);
-    k->size = malloc(n * sizeof *k->size);
-    k->rule = malloc(n * sizeof *k->rule);
-    if (!k->size || !k->rule) {
-      clear(k);
-      return;
-    }
-    memcpy(k->size, sizes, n * sizeof *sizes);
-    memset(k->rule, NO_RULE, n);
-    k->n = n;
-    k->key = ST_SHAPE_NONE;
-    k->seen = s->clock;
+  kind_shape* k = (kind_shape*)find(s, n);
+  if (!k) {
+    if ((k = add_kind(s, sizes, n))) k->seen = s->clock;
     return;
   }
   k->seen = s->clock;
-  size_t key = k->key;
-  if (key == ST_SHAPE_NONE || sizes[key] == k->size[key]) { /* the first position that changed */
-    key = 0;
-    while (key < n && sizes[key] == k->size[key]) key++;
-    if (key == n) return; /* the same shape: nothing to learn */
+  if (memcmp(sizes, k->size, n * sizeof *sizes) == 0) return; /* the same shape: nothing to learn */
+  size_t unexplained = 0;
+  for (size_t j = 0; j < n; j++) {
+    uint64_t was = k->size[j], now = sizes[j];
+    uint8_t rule = k->rule[j] & 3, key = k->rule[j] >> 2;
+    if (rule == LINEAR || rule == SQUARE) { /* still the rule it had? */
+      size_t at = k->key[key];
+      if (holds(rule, was, now, k->size[at], sizes[at])) continue;
+    } else if (rule == SAME && was == now) {
+      continue;
+    }
+    /* a rule against the first key that changed and explains it */
+    rule = NO_RULE;
+    for (int m = 0; m < k->keys && rule == NO_RULE && was != now; m++) {
+      size_t at = k->key[m];
+      if (k->size[at] == sizes[at]) continue;
+      for (uint8_t r = LINEAR; r <= SQUARE && rule == NO_RULE; r++)
+        if (holds(r, was, now, k->size[at], sizes[at])) rule = r, key = (uint8_t)m;
+    }
+    if (rule == NO_RULE && was == now) rule = SAME;
+    if (rule == NO_RULE && k->keys < KEYS && j < EARLY) { /* a key: what follows may follow it */
+      key = (uint8_t)k->keys;
+      k->key[k->keys++] = j;
+      rule = LINEAR;
+    }
+    unexplained += rule == NO_RULE;
+    k->rule[j] = (uint8_t)(rule | key << 2);
   }
-  uint64_t from = k->size[key], to = sizes[key];
-  if (from && to) {
-    size_t unexplained = 0;
-    for (size_t j = 0; j < n; j++) unexplained += (k->rule[j] = rule_of(k->size[j], sizes[j], from, to)) == NO_RULE;
-    k->key = key;
-    /* More than a quarter changed with no rule (sizes an MoE gate routes, a second
-     * micro-batch of its own length): the kind's next shape is not foretold, as the hints
-     * stop when more than a quarter of them miss. */
-    k->explained = unexplained <= n / 4;
-  }
+  /* More than a quarter changed with no rule (sizes an MoE gate routes): the kind's next shape
+   * is not foretold, as the hints stop when more than a quarter of them miss. */
+  k->explained = unexplained <= n / 4;
   memcpy(k->size, sizes, n * sizeof *sizes);
 }
 
 size_t st_shapes_key_position(const st_shapes* s, size_t n) {
   const kind_shape* k = find(s, n);
-  return k && k->explained ? k->key : ST_SHAPE_NONE;
+  if (!k || !k->explained || !k->keys) return ST_SHAPE_NONE;
+  size_t last = 0; /* keys are made in the order they are found, not of position */
+  for (int m = 0; m < k->keys; m++) last = ST_MAX(last, k->key[m]);
+  return last;
 }
 
-bool st_shapes_predict(const st_shapes* s, size_t n, uint64_t key, uint64_t* out) {
+bool st_shapes_predict(const st_shapes* s, size_t n, const uint64_t* asked, uint64_t* out) {
   const kind_shape* k = find(s, n);
-  if (!k || k->key == ST_SHAPE_NONE || !k->explained || !key) return false;
-  uint64_t from = k->size[k->key];
+  if (!k || !k->explained || !k->keys) return false;
   for (size_t j = 0; j < n; j++) {
-    unsigned __int128 x = k->size[j], d = from;
-    if (k->rule[j] == LINEAR || k->rule[j] == SQUARE) x *= key;
-    if (k->rule[j] == SQUARE) {
-      x *= key;
-      d *= from;
+    uint8_t rule = k->rule[j] & 3;
+    size_t at = k->key[k->rule[j] >> 2];
+    out[j] = k->size[j];
+    if ((rule != LINEAR && rule != SQUARE) || !k->size[at]) continue;
+    unsigned __int128 x = (unsigned __int128)k->size[j] * asked[at], d = k->size[at];
+    if (rule == SQUARE) {
+      x *= asked[at];
+      d *= k->size[at];
     }
-    if (k->rule[j] == LINEAR || k->rule[j] == SQUARE) x = (x + d - 1) / d; /* rounded up */
-    out[j] = x > UINT64_MAX / 2 ? k->size[j] : (uint64_t)x;
+    x = (x + d - 1) / d; /* rounded up */
+    if (x <= UINT64_MAX / 2) out[j] = (uint64_t)x;
   }
   return true;
 }

@@ -1,8 +1,8 @@
 /* shapes.h - each position's request size as a function of the step's shape (shapes.c): under
  * dynamic padding, a curriculum or a batch ramp, a step has the same allocs as the step before
- * of its kind, each scaled by the batch's tokens or not at all. Learned from the steps so far,
- * so the layout hints can place a step whose shape no step had before. Not thread-safe: the
- * hints call it with the allocator's lock held. */
+ * of its kind, each scaled by the tokens of its batch (or of one of its micro-batches) or not
+ * at all. Learned from the steps so far, so the layout hints can place a step whose shape no
+ * step had before. Not thread-safe: the hints call it with the allocator's lock held. */
 #ifndef STALLOC_SHAPES_H
 #define STALLOC_SHAPES_H
 
@@ -17,17 +17,17 @@ st_shapes* st_shapes_create(void);
 void st_shapes_destroy(st_shapes* s);
 
 /* A step of n allocs ended, with these requested sizes by position: learn how each position
- * follows the step's key (the first position whose size changed between two steps of the
- * kind). */
+ * follows the step's keys (positions among its first 16 whose size changed where no key before
+ * explains it: a micro-batch's input ids). */
 void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n);
 
-/* The key position of the kind of n allocs, once two of its steps differed, else
- * ST_SHAPE_NONE. */
+/* The last key position of the kind of n allocs, once its steps' changes are explained by
+ * rules (from there on the step's sizes can be predicted), else ST_SHAPE_NONE. */
 size_t st_shapes_key_position(const st_shapes* s, size_t n);
 
-/* The sizes of a step of n allocs whose request at the key position is `key`, from the kind's
- * latest step: out[j] for every position (a position that follows no rule keeps its size).
- * false: the kind's rules are not known. */
-bool st_shapes_predict(const st_shapes* s, size_t n, uint64_t key, uint64_t* out);
+/* The sizes of a step of n allocs whose requests so far (at least up to the last key
+ * position) are `asked`, from the kind's latest step: out[j] for every position (a position
+ * that follows no rule keeps its size). false: the kind's rules are not known. */
+bool st_shapes_predict(const st_shapes* s, size_t n, const uint64_t* asked, uint64_t* out);
 
 #endif

@@ -1,19 +1,18 @@
-/* test_shapes.c - each position's size as a function of the step's key: rules learned from two
- * steps whose shapes differ (same, linear, square, none), the key position, exact predictions
- * for a shape never seen, kinds whose changes no rule explains, and the oldest kind giving its
- * place. */
+/* test_shapes.c - each position's size as a function of the step's keys: rules learned from two
+ * steps whose shapes differ (same, linear, square, none), key positions (one per micro-batch
+ * padded to its own length), exact predictions for a shape never seen, kinds whose changes no
+ * rule explains, and the oldest kind giving its place. */
 #include <string.h>
 
 #include "check.h"
 #include "runtime/shapes.h"
 
-#define N 8
+#define N 20 /* keys are among the first 16 positions */
 
-/* A step of the kind under test at `tokens`: two positions that keep their size (weights'
- * gradients), five proportional to the tokens, one to their square (attention scores). */
+/* A step of the kind under test at `tokens`: positions that keep their size (weights'
+ * gradients), others proportional to the tokens, one to their square (attention scores). */
 static void step_at(uint64_t tokens, uint64_t* sizes) {
-  uint64_t fixed[N] = {4096, 0, 0, 1 << 20, 0, 0, 0, 0};
-  for (int j = 0; j < N; j++) sizes[j] = fixed[j] ? fixed[j] : 512 * tokens * (uint64_t)(j + 1);
+  for (int j = 0; j < N; j++) sizes[j] = j % 3 == 0 ? 4096 * (uint64_t)(j + 1) : 512 * tokens * (uint64_t)(j + 1);
   sizes[6] = 4 * tokens * tokens;
 }
 
@@ -24,24 +23,57 @@ static void learns_and_predicts(void) {
   step_at(64, a);
   st_shapes_learn(s, a, N);
   CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE); /* one step: nothing known */
-  CHECK(!st_shapes_predict(s, N, 512 * 96 * 2, got));
+  CHECK(!st_shapes_predict(s, N, a, got));
   st_shapes_learn(s, a, N); /* the same shape again: still nothing */
   CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE);
   step_at(40, b);
   st_shapes_learn(s, b, N);
   CHECK(st_shapes_key_position(s, N) == 1); /* the first position whose size changed */
   step_at(128, want); /* longer than any step so far */
-  CHECK(st_shapes_predict(s, N, want[1], got));
+  CHECK(st_shapes_predict(s, N, want, got));
   CHECK(memcmp(got, want, sizeof got) == 0);
   /* an unknown kind, or one of another length, is not predicted */
-  CHECK(st_shapes_key_position(s, N + 1) == ST_SHAPE_NONE && !st_shapes_predict(s, N + 1, 7, got));
+  CHECK(st_shapes_key_position(s, N + 1) == ST_SHAPE_NONE && !st_shapes_predict(s, N + 1, want, got));
   /* a position that follows no rule keeps its latest size */
   step_at(48, a);
-  a[7] = 12345;
+  a[17] = 12345; /* past the first 16: not a key */
   st_shapes_learn(s, a, N);
   step_at(80, want);
-  CHECK(st_shapes_predict(s, N, want[1], got));
-  CHECK(got[7] == 12345 && got[2] == want[2] && got[6] == want[6] && got[3] == want[3]);
+  CHECK(st_shapes_predict(s, N, want, got));
+  CHECK(got[17] == 12345 && got[2] == want[2] && got[6] == want[6] && got[3] == want[3]);
+  st_shapes_destroy(s);
+}
+
+/* Gradient accumulation over two micro-batches padded each on its own: both input ids come
+ * first (positions 0 and 1), and each micro-batch's activations follow its own. */
+static void accumulation_at(uint64_t first, uint64_t second, uint64_t* sizes) {
+  sizes[0] = 8 * first;
+  sizes[1] = 8 * second;
+  sizes[2] = 2048 * first;
+  sizes[3] = 1 << 20; /* a gradient */
+  sizes[4] = 4096 * first;
+  sizes[5] = 2048 * second;
+  sizes[6] = 4096 * second;
+  sizes[7] = 512 * second * second;
+  for (int j = 8; j < N; j++) sizes[j] = j % 2 ? 1024 * (uint64_t)j : 256 * first * (uint64_t)j;
+}
+
+static void one_key_per_micro_batch(void) {
+  st_shapes* s = st_shapes_create();
+  uint64_t a[N], want[N], got[N];
+  accumulation_at(64, 32, a);
+  st_shapes_learn(s, a, N);
+  accumulation_at(64, 48, a); /* only the second changed: it is the first key */
+  st_shapes_learn(s, a, N);
+  CHECK(st_shapes_key_position(s, N) == 1);
+  accumulation_at(40, 48, a); /* then only the first: a second key, before it */
+  st_shapes_learn(s, a, N);
+  CHECK(st_shapes_key_position(s, N) == 0 || st_shapes_key_position(s, N) == 1);
+  accumulation_at(96, 20, a); /* both: the rules hold */
+  st_shapes_learn(s, a, N);
+  accumulation_at(128, 100, want);
+  CHECK(st_shapes_predict(s, N, want, got));
+  CHECK(memcmp(got, want, sizeof got) == 0);
   st_shapes_destroy(s);
 }
 
@@ -58,13 +90,15 @@ static void unexplained_kinds_are_not_predicted(void) {
     }
     st_shapes_learn(s, a, N);
   }
-  CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE && !st_shapes_predict(s, N, a[0], got));
+  CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE && !st_shapes_predict(s, N, a, got));
   /* once a change is explained again, it is predicted again */
   step_at(10, a);
   st_shapes_learn(s, a, N);
   step_at(20, b);
   st_shapes_learn(s, b, N);
-  CHECK(st_shapes_key_position(s, N) == 1);
+  CHECK(st_shapes_key_position(s, N) != ST_SHAPE_NONE);
+  step_at(30, a);
+  CHECK(st_shapes_predict(s, N, a, got) && memcmp(got, a, sizeof got) == 0);
   st_shapes_destroy(s);
 }
 
@@ -86,12 +120,13 @@ static void the_oldest_kind_gives_its_place(void) {
   st_shapes_destroy(s);
   st_shapes_destroy(NULL); /* what create returns without host memory */
   uint64_t out[1];
-  CHECK(st_shapes_key_position(NULL, 1) == ST_SHAPE_NONE && !st_shapes_predict(NULL, 1, 1, out));
+  CHECK(st_shapes_key_position(NULL, 1) == ST_SHAPE_NONE && !st_shapes_predict(NULL, 1, out, out));
   st_shapes_learn(NULL, a, 1);
 }
 
 int main(void) {
   learns_and_predicts();
+  one_key_per_micro_batch();
   unexplained_kinds_are_not_predicted();
   the_oldest_kind_gives_its_place();
   return 0;
