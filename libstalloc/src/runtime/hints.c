@@ -423,6 +423,7 @@ static void start_pending(st_hints* h) {
   if (!job) return;
   start(h, job);
   if (h->wait) adopt(h);
+  else h->active = -1; /* best fit until they are ready: the old hints have other sizes */
 }
 
 /* A job placing the step that ended around the blocks in use; NULL: no host memory. */
