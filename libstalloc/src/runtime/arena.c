@@ -305,12 +305,18 @@ static bool grow_tables(st_arena* a, size_t granules) {
   return true;
 }
 
-/* Unmaps granule g; `unused`: no queued work touches it, so the device need not be waited for. */
-static void unmap_granule(st_arena* a, size_t g, bool unused) {
+/* Unmaps granule g's address (its memory goes when no other address maps it); `unused`: no
+ * queued work touches it, so the device need not be waited for. */
+static void unmap_address(st_arena* a, size_t g, bool unused) {
   if (unused && a->ops->unmap_unused) a->ops->unmap_unused(a->backend, a->base + g * a->granule, a->granule);
   else a->ops->unmap(a->backend, a->base + g * a->granule, a->granule);
   a->mapped[g] = 0;
   a->gstamp[g] = 0;
+}
+
+/* Unmaps granule g and gives its memory back to the budget. */
+static void unmap_granule(st_arena* a, size_t g, bool unused) {
+  unmap_address(a, g, unused);
   st_budget_sub(a->budget, a->granule);
 }
 
@@ -350,10 +356,7 @@ static void unmap_alias(st_arena* a, size_t g) {
     a->ops->event_wait(a->backend, s->event);
     unused = granule_unused(a, g);
   }
-  if (unused && a->ops->unmap_unused) a->ops->unmap_unused(a->backend, a->base + g * a->granule, a->granule);
-  else a->ops->unmap(a->backend, a->base + g * a->granule, a->granule);
-  a->mapped[g] = 0;
-  a->gstamp[g] = 0;
+  unmap_address(a, g, unused); /* its memory is counted at the address it moved to */
 }
 
 /* Takes entry i off the cached list. */
