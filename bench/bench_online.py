@@ -7,7 +7,7 @@ replay waits for the plan at the next step boundary, so figures do not depend on
 switches to the plan or declines it when the growable pool already needs less, and re-plans
 when a step misses the plan. It never reads ahead. Peak reserved counts the recording phase.
 
-    python bench/bench_online.py [--traces DIR ...] [--growable 0|1] [--scale K]
+    python bench/bench_online.py [--traces DIR ...] [--growable 0|1] [--scale K] [--device-lag N]
 
 Waste = peak reserved - peak allocated. Plans: switched (s) or declined (d) per plan made;
 from plans: the share of the run's requested bytes served at their planned offsets (the rest came
@@ -17,7 +17,9 @@ switches at the first boundary after planning is done instead); hints: layouts t
 pool's layout hints kept / made (one per step it served whole), hint ms: the longest one took
 on the hints' thread (placement and two replays of the step). --scale K multiplies every size
 by K (the allocation order unchanged), as bench_compare.py does; --layout-hints 0 turns the hints
-off (best fit alone).
+off (best fit alone). --device-lag N models a GPU running N allocator calls behind the host
+(docs/online.md, "On an asynchronous device"): freed granules stay in use by queued work that
+long, and a `waits` column counts the times the host waited for the device.
 """
 
 from __future__ import annotations
@@ -45,12 +47,12 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
 
-def row(path: Path, growable: bool, scale: int = 1, hints: int = 1) -> dict:
+def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0) -> dict:
     t = stalloc.load_trace(path)
     t = scaled(t, scale)
     torch = simulate(t, "pytorch")["waste"]
     expandable = simulate(t, "pytorch-expandable")["waste"]
-    r = replay(t, online={"layout_hints": hints}, growable_pool=growable)
+    r = replay(t, online={"layout_hints": hints}, growable_pool=growable, device_lag=lag)
     waste = r["peak_reserved"] - r["peak_allocated"]
     plans = "".join("s" if p["switched_step"] != NEVER else "d" if p["declined"] else "-"
                     for p in r["plans"])
@@ -61,7 +63,8 @@ def row(path: Path, growable: bool, scale: int = 1, hints: int = 1) -> dict:
                 plans=plans or "none", from_plans=from_plans,
                 plan_ms=max((p["plan_seconds"] for p in r["plans"]), default=0) * 1e3,
                 delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3,
-                hints=f"{r['hint_layouts_kept']}/{r['hint_layouts']}", hint_ms=r["hint_seconds_max"] * 1e3)
+                hints=f"{r['hint_layouts_kept']}/{r['hint_layouts']}", hint_ms=r["hint_seconds_max"] * 1e3,
+                waits=r["device_waits"])
 
 
 def main() -> None:
@@ -71,17 +74,20 @@ def main() -> None:
     ap.add_argument("--scale", type=int, default=1, help="multiply every size by this (default 1)")
     ap.add_argument("--layout-hints", type=int, default=1, choices=(0, 1),
                     help="the growable pool's layout hints (default 1; 0: best fit alone)")
+    ap.add_argument("--device-lag", type=int, default=0, metavar="N",
+                    help="model a device N allocator calls behind the host (default 0: synchronous)")
     args = ap.parse_args()
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
     head = (f"{'trace':<24} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} {'expandable waste':>16} "
             f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
-            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8}")
+            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8}"
+            + (f" {'waits':>7}" if args.device_lag else ""))
     print(head + "\n" + "-" * len(head))
     vs_ex, shares = [], []
     for p in paths:
-        r = row(p, bool(args.growable), args.scale, args.layout_hints)
+        r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag)
         shares.append(r["from_plans"])
         a = r["waste"] / r["torch"] if r["torch"] else float("nan")
         b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")
@@ -89,7 +95,8 @@ def main() -> None:
         floor = -(-r["lb"] // (2 << 20)) * (2 << 20) - r["lb"]  # the lower bound in whole 2 MiB granules
         print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(floor):>11} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
               f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['from_plans']:>10.1%} "
-              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f}")
+              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f}"
+              + (f" {r['waits']:>7}" if args.device_lag else ""))
     print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
           f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces; "
           f"bytes from plans: mean {statistics.mean(shares):.1%}, some on {sum(v > 0 for v in shares)}")

@@ -207,7 +207,7 @@ static void block_drop(st_arena* a, st_arena_block* b) {
 
 /* ---- streams ---- */
 
-#define ANY_STREAM UINT64_MAX /* a request for no one stream: only blocks free for all */
+#define ANY_STREAM ST_ARENA_ANY_STREAM /* a request for no one stream: only blocks free for all */
 #define MIXED UINT64_MAX      /* a granule freed on several streams: unmapped only by waiting */
 
 static stream_state* stream_find(st_arena* a, uint64_t stream) {
@@ -816,13 +816,24 @@ stalloc_status_t st_arena_region(st_arena* a, uint64_t size, uint64_t align, voi
   return STALLOC_OK;
 }
 
-stalloc_status_t st_arena_region_ref(st_arena* a, const void* ptr, uint64_t size) {
-  return ref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, ANY_STREAM);
+stalloc_status_t st_arena_region_ref(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {
+  return ref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, stream);
 }
 
 /* The runtime lets go of a range only once its queued work is done (a freed block's event). */
 void st_arena_region_unref(st_arena* a, const void* ptr, uint64_t size) {
   unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, 0, 0);
+}
+
+bool st_arena_region_free(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {
+  uint64_t stamp = 0;
+  if (a->ops->event_record) {
+    stream_state* s = stream_add(a, stream);
+    if (!s) return false;
+    stamp = s->last = ++a->clock;
+  }
+  unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, stream, stamp);
+  return true;
 }
 
 void st_arena_region_release(st_arena* a, st_arena_block* region) { coalesce(a, region); }

@@ -38,6 +38,8 @@ size_t st_arena_taken(const st_arena* arena, uint64_t* starts, uint64_t* sizes, 
 uint64_t* st_arena_tag(st_arena_block* block);
 /* The offset of ptr (inside the arena's range) from its first byte. */
 uint64_t st_arena_offset(const st_arena* arena, const void* ptr);
+#define ST_ARENA_ANY_STREAM UINT64_MAX /* a request for no one stream */
+
 /* Frees a live block; stream is where its last use was queued (reused elsewhere only once
  * that work is done). */
 void st_arena_free(st_arena* arena, st_arena_block* block, uint64_t stream);
@@ -47,9 +49,16 @@ void st_arena_free(st_arena* arena, st_arena_block* block, uint64_t stream);
  * granules it holds, and a pool that is dropped gives them back as its blocks are freed. */
 stalloc_status_t st_arena_region(st_arena* arena, uint64_t size, uint64_t align, void** ptr,
                                  st_arena_block** region);
-/* Counts [ptr, ptr + size) of a region on its granules, mapping those not mapped. */
-stalloc_status_t st_arena_region_ref(st_arena* arena, const void* ptr, uint64_t size);
+/* Counts [ptr, ptr + size) of a region on its granules, mapping those not mapped; `stream`:
+ * the request's (at the peak a granule whose queued work is that stream's may then be aliased),
+ * or ST_ARENA_ANY_STREAM. */
+stalloc_status_t st_arena_region_ref(st_arena* arena, const void* ptr, uint64_t size, uint64_t stream);
+/* Lets go of a range no queued work uses. */
 void st_arena_region_unref(st_arena* arena, const void* ptr, uint64_t size);
+/* Lets go of a range freed on `stream` whose queued work may still run: its granules go
+ * elsewhere only once that work is done (or are aliased for that stream's later work). false:
+ * no host memory to follow the stream, and the range stays counted. */
+bool st_arena_region_free(st_arena* arena, const void* ptr, uint64_t size, uint64_t stream);
 /* Gives the region's address space back; every range it counted is unref'd already. */
 void st_arena_region_release(st_arena* arena, st_arena_block* region);
 /* The alignment of every block (the allocator's). */

@@ -49,6 +49,7 @@ struct st_range_node {
   st_range_node *left, *right;
   uint32_t prio;
   uint8_t state;
+  bool released;                /* a pending block whose granules were let go at its free */
   uint64_t stream;
   void* event;
   st_range_node *pnext, *pprev; /* pending list (oldest first); pnext also links spares */
@@ -196,30 +197,38 @@ static void node_drop(st_runtime* rt, st_range_node* n) {
     else rt->pending_tail = n->pprev;
     if (n->event) rt->ops->event_destroy(rt->backend, n->event);
   }
-  if (rt->counted) st_arena_region_unref(rt->arena, rt->base + n->start, n->end - n->start);
+  if (rt->counted && !n->released) st_arena_region_unref(rt->arena, rt->base + n->start, n->end - n->start);
   n->pnext = rt->spare;
   rt->spare = n;
   rt->nodes--;
 }
 
-/* Maps (holds) the region's granules under [start, end) not held yet. */
-static stalloc_status_t hold_range(st_runtime* rt, uint64_t start, uint64_t end) {
+/* Maps (holds) the region's granules under [start, end) not held yet, for a request on
+ * `stream` (ST_ARENA_ANY_STREAM: none). */
+static stalloc_status_t hold_range(st_runtime* rt, uint64_t start, uint64_t end, uint64_t stream) {
   for (uint64_t g = start / rt->granule, last = (end - 1) / rt->granule; g <= last; g++) {
     if (rt->held[g]) continue;
-    stalloc_status_t s = st_arena_region_ref(rt->arena, rt->base + g * rt->granule, rt->granule);
+    stalloc_status_t s = st_arena_region_ref(rt->arena, rt->base + g * rt->granule, rt->granule, stream);
     if (s) return s;
     rt->held[g] = 1;
   }
   return STALLOC_OK;
 }
 
-/* Counts (or, d = -1, uncounts) live and pending blocks on their granules: held ones, so
- * mapped, and counting cannot fail. */
+/* Counts (or, d = -1, uncounts) live blocks on their granules: held ones, so mapped, and
+ * counting cannot fail. A pending block lets go of its granules with its stream's queued work
+ * noted (the arena reuses them elsewhere once that is done), as a free in counted mode does. */
 static void count_nodes(st_runtime* rt, st_range_node* t, int d) {
   for (; t; t = t->right) {
     count_nodes(rt, t->left, d);
-    if (d > 0) (void)st_arena_region_ref(rt->arena, rt->base + t->start, t->end - t->start);
-    else st_arena_region_unref(rt->arena, rt->base + t->start, t->end - t->start);
+    void* at = rt->base + t->start;
+    if (t->released) continue; /* let go at its free: it holds nothing (its memory may serve elsewhere) */
+    if (d > 0) {
+      (void)st_arena_region_ref(rt->arena, at, t->end - t->start, ST_ARENA_ANY_STREAM);
+      t->released = t->state == NODE_PENDING && st_arena_region_free(rt->arena, at, t->end - t->start, t->stream);
+    } else {
+      st_arena_region_unref(rt->arena, at, t->end - t->start);
+    }
   }
 }
 
@@ -237,11 +246,13 @@ static void count_granules(st_runtime* rt) {
   rt->counted = true;
 }
 
-/* Counted to held: the region holds what its blocks touch now, and hits hold the rest again. */
+/* Counted to held: the region holds what its live blocks touch now, and hits hold the rest
+ * again. A pending block that let go of its granules is not held: its memory may serve another
+ * address meanwhile (an alias), and holding it again would map new memory. */
 static void hold_nodes(st_runtime* rt, st_range_node* t) {
   for (; t; t = t->right) {
     hold_nodes(rt, t->left);
-    (void)hold_range(rt, t->start, t->end); /* mapped already: cannot fail */
+    if (!t->released) (void)hold_range(rt, t->start, t->end, ST_ARENA_ANY_STREAM); /* mapped: cannot fail */
   }
 }
 
@@ -672,9 +683,9 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
     if (size <= e->size && range_free(rt, e->offset, e->offset + end, stream)) {
       stalloc_status_t s;
       if (rt->region && rt->counted) {
-        if ((s = st_arena_region_ref(rt->arena, rt->base + e->offset, end))) return s;
+        if ((s = st_arena_region_ref(rt->arena, rt->base + e->offset, end, stream))) return s;
       } else if (rt->region && !rt->ready[idx]) { /* its granules, the first time it is hit */
-        if ((s = hold_range(rt, e->offset, e->offset + st_align_up(e->size, rt->alignment)))) return s;
+        if ((s = hold_range(rt, e->offset, e->offset + st_align_up(e->size, rt->alignment), stream))) return s;
         rt->ready[idx] = 1;
       }
       st_range_node* n = NULL;
@@ -711,7 +722,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
   if ((w != UINT32_MAX && place_dynamic(rt, w, size, &off)) || (rt->lost >= LOST_IN_POOL && place_in_pool(rt, size, &off))) {
     stalloc_status_t s = STALLOC_OK;
     if (rt->region)
-      s = rt->counted ? st_arena_region_ref(rt->arena, rt->base + off, end) : hold_range(rt, off, off + end);
+      s = rt->counted ? st_arena_region_ref(rt->arena, rt->base + off, end, stream) : hold_range(rt, off, off + end, stream);
     if (s) return s;
     st_range_node* n = NULL;
     if ((s = node_new(rt, off, off + end, stream, &n))) {
@@ -738,6 +749,10 @@ void st_runtime_free(st_runtime* rt, st_range_node* n, uint64_t stream) {
   if (rt->ops->event_record(rt->backend, stream, &n->event) != STALLOC_OK) n->event = NULL;
   n->state = NODE_PENDING;
   n->stream = stream;
+  /* Counted: its granules go back now, with the stream's queued work noted, so another plan's
+   * blocks can alias them at the peak rather than map new memory while the device catches up. */
+  if (rt->region && rt->counted)
+    n->released = st_arena_region_free(rt->arena, rt->base + n->start, n->end - n->start, stream);
   n->pnext = NULL;
   n->pprev = rt->pending_tail;
   if (rt->pending_tail) rt->pending_tail->pnext = n;

@@ -62,9 +62,9 @@ static void test_region_maps_what_its_blocks_touch(void) {
   uint8_t* r = base;
   CHECK((uintptr_t)(r - (uint8_t*)w) % G == 0 && r > (uint8_t*)w); /* starts on a granule */
   CHECK(f.budget.reserved == G);                                 /* address space only */
-  CHECK_OK(st_arena_region_ref(f.arena, r + 10 * MiB, 3 * MiB)); /* granules 5 and 6 */
+  CHECK_OK(st_arena_region_ref(f.arena, r + 10 * MiB, 3 * MiB, ST_ARENA_ANY_STREAM)); /* granules 5 and 6 */
   CHECK(f.budget.reserved == 3 * G && f.budget.peak_reserved == 3 * G);
-  CHECK_OK(st_arena_region_ref(f.arena, r + 13 * MiB, 512));     /* granule 6 again */
+  CHECK_OK(st_arena_region_ref(f.arena, r + 13 * MiB, 512, ST_ARENA_ANY_STREAM));     /* granule 6 again */
   CHECK(f.budget.reserved == 3 * G);
   /* A block above the region shares the region's last granule (one of 1.5 MiB: the 1 MiB
    * left free below the region, which starts on a granule, is too small for it). */
@@ -73,7 +73,7 @@ static void test_region_maps_what_its_blocks_touch(void) {
   CHECK_OK(st_arena_alloc(f.arena, 3 * MiB / 2, 0, &above, &ab));
   CHECK((uint8_t*)above == r + 64 * MiB + 4096);
   CHECK(f.budget.reserved == 4 * G);
-  CHECK_OK(st_arena_region_ref(f.arena, r + 63 * MiB, MiB + 4096)); /* the last granule: mapped */
+  CHECK_OK(st_arena_region_ref(f.arena, r + 63 * MiB, MiB + 4096, ST_ARENA_ANY_STREAM)); /* the last granule: mapped */
   CHECK(f.budget.reserved == 5 * G);
   st_arena_region_unref(f.arena, r + 63 * MiB, MiB + 4096);
   st_arena_region_unref(f.arena, r + 10 * MiB, 3 * MiB);
