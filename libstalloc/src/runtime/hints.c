@@ -51,8 +51,9 @@ typedef struct hint_set {
   uint64_t made;         /* the step they came from */
   uint32_t failed;       /* steps of this kind in a row whose hints stopped */
   uint32_t skip;         /* steps of this kind still to serve without hints */
-  bool missed;           /* ... because they missed (not because sizes changed with no rule) */
   bool foretold;         /* made with sizes the rules foretold (shapes.h) */
+  bool foretold_missed;  /* the kind backs off because foretold hints missed (not because hints
+                            made without rules did, nor because sizes changed with no rule) */
 } hint_set;
 
 struct st_hints {
@@ -73,7 +74,8 @@ struct st_hints {
   size_t crossed;
   hint_set sets[SETS];
   int active;            /* the set serving the step under way, or -1 */
-  bool resting;          /* the step under way goes without hints: its kind backs off */
+  bool resting;          /* the step under way goes without hints, foretold ones included: its
+                            kind backs off because foretold hints missed */
   uint32_t hits, misses;
   hint_job* job;
   /* A layout of the step that ended, started once the next step's request at the kind's key
@@ -151,12 +153,13 @@ static int set_of(const st_hints* h, size_t count) {
 static void back_off(hint_set* s, bool missed) {
   s->failed = ST_MIN(s->failed + 1, 6u);
   s->skip = (1u << s->failed) - 1;
-  s->missed = missed;
+  s->foretold_missed = missed && s->foretold;
 }
 
 /* The finished job's offsets become the hints of its kind (in place of the oldest set, for a
- * kind with none); they serve the step under way from its current position on. */
-static void adopt(st_hints* h) {
+ * kind with none); they serve the step under way from its current position on. false: they
+ * were not kept (no better than best fit, or no host memory). */
+static bool adopt(st_hints* h) {
   hint_job* job = h->job;
   join(h);
   h->job = NULL;
@@ -183,7 +186,7 @@ static void adopt(st_hints* h) {
     }
     clear_set(&h->sets[i]);
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
-                            same ? was.skip : 0, same && was.missed, job->predicted};
+                            same ? was.skip : 0, job->predicted, same && was.foretold_missed};
     /* More than one position in 16 changed size since the kind's step before (an MoE gate
      * routes other sizes each step, a padded length changes) and no rule said how: the next
      * step would follow its hints only in part, and the blocks placed before they stop can
@@ -196,6 +199,7 @@ static void adopt(st_hints* h) {
     if (!h->resting && job->predicted) h->hits = h->misses = 0;
   }
   free_job(job);
+  return size != NULL;
 }
 
 /* Within a step's first requests: another kind's hints whose start is the step's own (the
@@ -399,6 +403,23 @@ static void start(st_hints* h, hint_job* job) {
   else place_thread(job);
 }
 
+/* The requests made before the key are fixed where they went: each lives from its position to
+ * its free in this step (or on), and a block in use at the boundary whose bytes one of them took
+ * was freed before it, whatever the step before said. */
+static void pin_lifetimes(st_hints* h, hint_job* job) {
+  size_t key = h->pending_key;
+  for (size_t j = 0; j < key && j < job->requests; j++) {
+    st_place_item* it = &job->items[j];
+    if (it->fixed_offset == PLACE_FREE) continue;
+    it->upper = h->freed_at[j] != LIVE ? ST_MAX((uint64_t)h->freed_at[j], (uint64_t)j + 1) : ST_MAX(it->upper, (uint64_t)key + 1);
+    for (size_t i = job->requests; i < job->count; i++) {
+      st_place_item* b = &job->items[i];
+      if (b->fixed_offset < it->fixed_offset + it->size && it->fixed_offset < b->fixed_offset + b->size)
+        b->upper = ST_MIN(b->upper, (uint64_t)j);
+    }
+  }
+}
+
 /* The step under way reached its kind's key position: the layout of the step before, with
  * each position's size as the rules say this step's shape makes it (unchanged when the shape
  * is), is started; a replay waits for it, so the whole step follows it. When the step's own
@@ -421,9 +442,10 @@ static void start_pending(st_hints* h) {
   }
   free(predicted);
   if (!job) return;
+  pin_lifetimes(h, job);
   start(h, job);
-  if (h->wait) adopt(h);
-  else h->active = -1; /* best fit until they are ready: the old hints have other sizes */
+  /* Best fit until they are ready, and if they are not kept: the old hints have other sizes. */
+  if (!h->wait || !adopt(h)) h->active = -1;
 }
 
 /* A job placing the step that ended around the blocks in use; NULL: no host memory. */
@@ -514,7 +536,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
     h->sets[h->active].skip--;
     /* sizes foretold by the rules, when they come, still serve a step that rests because
      * hints made without them missed, or because its kind's sizes changed with no rule */
-    h->resting = h->sets[h->active].missed && h->sets[h->active].foretold;
+    h->resting = h->sets[h->active].foretold_missed;
     h->active = -1;
   } else {
     h->resting = false;

@@ -140,11 +140,13 @@ bool st_shapes_predict(const st_shapes* s, size_t n, const uint64_t* asked, uint
     uint8_t rule = k->rule[j] & 3;
     size_t at = k->key[k->rule[j] >> 2];
     out[j] = k->size[j];
-    if ((rule != LINEAR && rule != SQUARE) || !k->size[at]) continue;
-    unsigned __int128 x = (unsigned __int128)k->size[j] * asked[at], d = k->size[at];
-    if (rule == SQUARE) {
-      x *= asked[at];
-      d *= k->size[at];
+    uint64_t from = k->size[at], to = asked[at];
+    if ((rule != LINEAR && rule != SQUARE) || !from || !to) continue;
+    if (rule == SQUARE && (from >= (1ull << 32) || to >= (1ull << 32))) continue; /* as holds() */
+    unsigned __int128 x = (unsigned __int128)k->size[j] * to, d = from;
+    if (rule == SQUARE) { /* below 2^128: size < 2^64, to^2 < 2^64, and d < 2^64 */
+      x *= to;
+      d *= from;
     }
     x = (x + d - 1) / d; /* rounded up */
     if (x <= UINT64_MAX / 2) out[j] = (uint64_t)x;
