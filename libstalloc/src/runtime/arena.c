@@ -31,8 +31,10 @@
 enum { AR_FREE = 1, AR_USED = 2, AR_REGION = 4 };
 /* A granule's flags. ALIASED: its address still maps memory that moved to another granule
  * while queued work (its stream's, ordered before the new owner's) may use it there; it holds
- * no memory of its own and is unmapped once that work is done. */
-enum { MAPPED = 1, LISTED = 2, ALIASED = 4 };
+ * no memory of its own and is unmapped once that work is done. SHARED (with MAPPED): the other
+ * side, a granule whose memory came by an alias while that work may still run: a block of
+ * another stream placed in its other bytes waits for that work first. */
+enum { MAPPED = 1, LISTED = 2, ALIASED = 4, SHARED = 8 };
 
 struct st_arena_block {
   uint64_t start, size;
@@ -73,7 +75,8 @@ struct st_arena {
   uint32_t* refs;               /* live blocks touching each granule below top */
   uint64_t *gstream, *gstamp;    /* per granule, the frees its queued work awaits: on gstream up
                                    to stamp gstamp (0: none, MIXED: several streams') */
-  uint8_t* mapped;               /* MAPPED, and LISTED while in `cached` */
+  uint8_t* mapped;               /* MAPPED, and LISTED while in `cached` (set through set_flags) */
+  size_t shared;                 /* granules flagged SHARED */
   size_t granules;              /* entries of refs / mapped */
   uint32_t* cached;             /* granules mapped with no live block (stale entries: taken again
                                    since; each granule listed at most once) */
@@ -305,12 +308,19 @@ static bool grow_tables(st_arena* a, size_t granules) {
   return true;
 }
 
+/* Sets granule g's flags, counting the SHARED ones. */
+static void set_flags(st_arena* a, size_t g, uint8_t flags) {
+  a->shared += (flags & SHARED) != 0;
+  a->shared -= (a->mapped[g] & SHARED) != 0;
+  a->mapped[g] = flags;
+}
+
 /* Unmaps granule g's address (its memory goes when no other address maps it); `unused`: no
  * queued work touches it, so the device need not be waited for. */
 static void unmap_address(st_arena* a, size_t g, bool unused) {
   if (unused && a->ops->unmap_unused) a->ops->unmap_unused(a->backend, a->base + g * a->granule, a->granule);
   else a->ops->unmap(a->backend, a->base + g * a->granule, a->granule);
-  a->mapped[g] = 0;
+  set_flags(a, g, 0);
   a->gstamp[g] = 0;
 }
 
@@ -347,23 +357,45 @@ static bool granule_unused(st_arena* a, size_t g) {
   return true;
 }
 
+/* Waits until no queued work touches granule g: its stream's work up to its frees (every
+ * stream's so far when several freed there), not the device's. false: it could not wait. */
+static bool wait_granule(st_arena* a, size_t g) {
+  if (granule_unused(a, g)) return true;
+  if (!a->ops->event_wait) return false;
+  if (a->gstamp[g] == MIXED) {
+    bool all = true;
+    for (size_t i = 0, upto = a->clock; i < a->stream_count; i++) {
+      stream_state* s = &a->streams[i];
+      while (!stream_reached(a, s, upto) && s->event) a->ops->event_wait(a->backend, s->event);
+      all &= stream_reached(a, s, upto);
+    }
+    if (all) a->gstamp[g] = 0;
+    return all;
+  }
+  stream_state* s = stream_find(a, a->gstream[g]);
+  while (s && !granule_unused(a, g) && s->event) a->ops->event_wait(a->backend, s->event);
+  return granule_unused(a, g);
+}
+
 /* Unmaps aliased granule g's address (no memory of its own), waiting for the device only if
  * queued work may still use it. */
 static void unmap_alias(st_arena* a, size_t g) {
-  bool unused = granule_unused(a, g);
-  stream_state* s = unused || a->gstamp[g] == MIXED || !a->ops->event_wait ? NULL : stream_find(a, a->gstream[g]);
-  while (s && !unused && s->event) { /* wait for that stream's work up to the free, not the device's */
-    a->ops->event_wait(a->backend, s->event);
-    unused = granule_unused(a, g);
-  }
-  unmap_address(a, g, unused); /* its memory is counted at the address it moved to */
+  unmap_address(a, g, wait_granule(a, g)); /* its memory is counted at the address it moved to */
+}
+
+/* Shared granule g (its memory came by an alias) gets a block of `stream`: another stream's (or
+ * a request of no one stream) waits for the queued work of the memory's old owner first. */
+static void settle_shared(st_arena* a, size_t g, uint64_t stream) {
+  if (!granule_unused(a, g) && (stream == ANY_STREAM || a->gstamp[g] == MIXED || a->gstream[g] != stream))
+    (void)wait_granule(a, g);
+  if (granule_unused(a, g)) set_flags(a, g, a->mapped[g] & (uint8_t)~SHARED);
 }
 
 /* Takes entry i off the cached list. */
 static size_t drop_cached(st_arena* a, size_t i) {
   size_t g = a->cached[i];
   a->cached[i] = a->cached[--a->cached_count];
-  a->mapped[g] &= (uint8_t)~LISTED;
+  set_flags(a, g, a->mapped[g] & (uint8_t)~LISTED);
   return g;
 }
 
@@ -371,7 +403,7 @@ static size_t drop_cached(st_arena* a, size_t i) {
 static size_t pop_cached(st_arena* a) {
   while (a->cached_count) {
     size_t g = drop_cached(a, a->cached_count - 1);
-    if (a->mapped[g] == MAPPED && !a->refs[g]) return g;
+    if ((a->mapped[g] & ~SHARED) == MAPPED && !a->refs[g]) return g;
   }
   return SIZE_MAX;
 }
@@ -412,8 +444,10 @@ static bool alias_granule(st_arena* a, size_t c, size_t g) {
     st_clear_error();
     return false;
   }
-  a->mapped[c] = ALIASED;
-  a->mapped[g] = MAPPED;
+  set_flags(a, c, ALIASED);
+  set_flags(a, g, MAPPED | SHARED);
+  a->gstream[g] = a->gstream[c]; /* the memory's queued work, now g's too */
+  a->gstamp[g] = a->gstamp[c];
   return true;
 }
 
@@ -426,14 +460,14 @@ static void list_cached(st_arena* a, size_t g) {
   }
   a->cached = c;
   a->cached[a->cached_count++] = (uint32_t)g;
-  a->mapped[g] |= LISTED;
+  set_flags(a, g, a->mapped[g] | LISTED);
 }
 
 /* Uncounts a range: a block freed on `stream` at `stamp` (0: no queued work uses it). */
 static void unref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream, uint64_t stamp) {
   for (size_t g = start / a->granule, e = (start + size - 1) / a->granule; g <= e; g++) {
     granule_freed(a, g, stream, stamp);
-    if (--a->refs[g] || a->mapped[g] != MAPPED) continue; /* live, unmapped or listed already */
+    if (--a->refs[g] || (a->mapped[g] & ~SHARED) != MAPPED) continue; /* live, unmapped or listed already */
     list_cached(a, g);
   }
 }
@@ -446,9 +480,9 @@ static bool move_granule(st_arena* a, size_t c, size_t g) {
     st_clear_error();
     return false;
   }
-  a->mapped[c] = 0;
+  set_flags(a, c, 0);
   a->gstamp[c] = 0;
-  a->mapped[g] = MAPPED;
+  set_flags(a, g, MAPPED);
   return true;
 }
 
@@ -462,6 +496,7 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t
   if (!grow_tables(a, last + 1)) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   for (size_t g = first; g <= last; g++) {
     if (a->mapped[g] == ALIASED) unmap_alias(a, g);
+    if (a->mapped[g] & SHARED) settle_shared(a, g, stream);
     size_t c = a->mapped[g] ? SIZE_MAX : pop_unused(a);
     if (c != SIZE_MAX && !move_granule(a, c, g)) {
       unmap_granule(a, c, true);
@@ -491,7 +526,7 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t
         if (g > first) unref(a, start, (g - first) * a->granule - start % a->granule, 0, 0);
         return s;
       }
-      a->mapped[g] = MAPPED;
+      set_flags(a, g, MAPPED);
       st_budget_add(a->budget, a->granule);
     }
     a->refs[g]++;
@@ -823,6 +858,14 @@ stalloc_status_t st_arena_region_ref(st_arena* a, const void* ptr, uint64_t size
 /* The runtime lets go of a range only once its queued work is done (a freed block's event). */
 void st_arena_region_unref(st_arena* a, const void* ptr, uint64_t size) {
   unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, 0, 0);
+}
+
+bool st_arena_shared(const st_arena* a) { return a->shared != 0; }
+
+void st_arena_settle(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {
+  uint64_t start = (uint64_t)((const uint8_t*)ptr - a->base);
+  for (size_t g = start / a->granule, e = (start + size - 1) / a->granule; g <= e && g < a->granules; g++)
+    if (a->mapped[g] & SHARED) settle_shared(a, g, stream);
 }
 
 bool st_arena_region_free(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {

@@ -59,6 +59,11 @@ void st_arena_region_unref(st_arena* arena, const void* ptr, uint64_t size);
  * elsewhere only once that work is done (or are aliased for that stream's later work). false:
  * no host memory to follow the stream, and the range stays counted. */
 bool st_arena_region_free(st_arena* arena, const void* ptr, uint64_t size, uint64_t stream);
+/* Whether some granule's memory came by an alias while queued work may still use it. */
+bool st_arena_shared(const st_arena* arena);
+/* A request of `stream` takes [ptr, ptr + size) of a region without asking for its granules
+ * (they are held): on such granules it waits for that queued work first, if not its own. */
+void st_arena_settle(st_arena* arena, const void* ptr, uint64_t size, uint64_t stream);
 /* Gives the region's address space back; every range it counted is unref'd already. */
 void st_arena_region_release(st_arena* arena, st_arena_block* region);
 /* The alignment of every block (the allocator's). */

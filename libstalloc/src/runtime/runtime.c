@@ -204,7 +204,8 @@ static void node_drop(st_runtime* rt, st_range_node* n) {
 }
 
 /* Maps (holds) the region's granules under [start, end) not held yet, for a request on
- * `stream` (ST_ARENA_ANY_STREAM: none). */
+ * `stream` (ST_ARENA_ANY_STREAM: none). Hits that follow on held granules do not ask the arena
+ * for them again; they settle with it instead (settle_held). */
 static stalloc_status_t hold_range(st_runtime* rt, uint64_t start, uint64_t end, uint64_t stream) {
   for (uint64_t g = start / rt->granule, last = (end - 1) / rt->granule; g <= last; g++) {
     if (rt->held[g]) continue;
@@ -213,6 +214,13 @@ static stalloc_status_t hold_range(st_runtime* rt, uint64_t start, uint64_t end,
     rt->held[g] = 1;
   }
   return STALLOC_OK;
+}
+
+/* A request of `stream` takes [off, off + size) of held granules: where one's memory came by an
+ * alias that another stream's queued work may still use, it waits for that work first (in
+ * counted mode region_ref does this). */
+static void settle_held(st_runtime* rt, uint64_t off, uint64_t size, uint64_t stream) {
+  if (rt->region && !rt->counted && st_arena_shared(rt->arena)) st_arena_settle(rt->arena, rt->base + off, size, stream);
 }
 
 /* Counts (or, d = -1, uncounts) live blocks on their granules: held ones, so mapped, and
@@ -688,6 +696,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
         if ((s = hold_range(rt, e->offset, e->offset + st_align_up(e->size, rt->alignment), stream))) return s;
         rt->ready[idx] = 1;
       }
+      settle_held(rt, e->offset, end, stream);
       st_range_node* n = NULL;
       if ((s = node_new(rt, e->offset, e->offset + end, stream, &n))) {
         if (rt->counted) st_arena_region_unref(rt->arena, rt->base + e->offset, end);
@@ -724,6 +733,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
     if (rt->region)
       s = rt->counted ? st_arena_region_ref(rt->arena, rt->base + off, end, stream) : hold_range(rt, off, off + end, stream);
     if (s) return s;
+    settle_held(rt, off, end, stream);
     st_range_node* n = NULL;
     if ((s = node_new(rt, off, off + end, stream, &n))) {
       if (rt->counted) st_arena_region_unref(rt->arena, rt->base + off, end);
