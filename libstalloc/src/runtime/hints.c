@@ -40,7 +40,8 @@ typedef struct hint_job {
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
   double seconds;
   bool ok;
-  bool predicted;        /* sizes the rules foretold for the step under way (shapes.h) */
+  bool predicted;        /* sizes the rules foretold for step `step` (shapes.h) */
+  uint32_t step;
   atomic_int done;
 } hint_job;
 
@@ -194,9 +195,11 @@ static bool adopt(st_hints* h) {
     if (!job->predicted && changed > job->requests / 16) back_off(&h->sets[i], false);
     job->offsets = NULL;
     /* a step under way keeps its kind's; sizes predicted for it are its own, and what the
-     * hints before them missed says nothing of these */
-    if (!h->resting && (h->active < 0 || h->active == i || job->predicted)) h->active = i;
-    if (!h->resting && job->predicted) h->hits = h->misses = 0;
+     * hints before them missed says nothing of these (a live run may finish them a step late:
+     * then they are the kind's like any others) */
+    bool its_own = job->predicted && job->step == h->step && !h->resting;
+    if ((!h->resting && (h->active < 0 || h->active == i)) || its_own) h->active = i;
+    if (its_own) h->hits = h->misses = 0;
   }
   free_job(job);
   return size != NULL;
@@ -432,6 +435,7 @@ static void start_pending(st_hints* h) {
   uint64_t* predicted = malloc((n ? n : 1) * sizeof *predicted);
   if (predicted && st_shapes_predict(h->shapes, n, h->asked, predicted)) {
     job->predicted = true;
+    job->step = h->step;
     for (size_t j = 0; j < n; j++) job->items[j].size = st_align_up(predicted[j], job->alignment);
     for (size_t j = 0; j < seen && job; j++)
       if (job->items[j].size != h->sizes[j]) {
