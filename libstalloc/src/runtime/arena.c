@@ -862,6 +862,8 @@ void st_arena_region_unref(st_arena* a, const void* ptr, uint64_t size) {
 
 bool st_arena_shared(const st_arena* a) { return a->shared != 0; }
 
+const size_t* st_arena_shared_count(const st_arena* a) { return &a->shared; }
+
 void st_arena_settle(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {
   uint64_t start = (uint64_t)((const uint8_t*)ptr - a->base);
   for (size_t g = start / a->granule, e = (start + size - 1) / a->granule; g <= e && g < a->granules; g++)

@@ -72,6 +72,7 @@ struct st_runtime {
    * (the run is not following it: its idle granules should serve the misses), back to held
    * after a step with no such miss, and for good when it is retired. */
   st_arena* arena;
+  const size_t* shared;         /* the arena's count of SHARED granules (read on each hit) */
   st_arena_block* region;
   uint64_t granule;
   uint8_t* held;     /* per granule of the region: held */
@@ -220,7 +221,7 @@ static stalloc_status_t hold_range(st_runtime* rt, uint64_t start, uint64_t end,
  * alias that another stream's queued work may still use, it waits for that work first (in
  * counted mode region_ref does this). */
 static void settle_held(st_runtime* rt, uint64_t off, uint64_t size, uint64_t stream) {
-  if (rt->region && !rt->counted && st_arena_shared(rt->arena)) st_arena_settle(rt->arena, rt->base + off, size, stream);
+  if (rt->region && !rt->counted && *rt->shared) st_arena_settle(rt->arena, rt->base + off, size, stream);
 }
 
 /* Counts (or, d = -1, uncounts) live blocks on their granules: held ones, so mapped, and
@@ -600,6 +601,7 @@ stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const 
   rt->backend = backend;
   rt->budget = budget;
   rt->arena = arena;
+  rt->shared = arena ? st_arena_shared_count(arena) : NULL;
   rt->alignment = ST_MAX(alignment, plan->alignment); /* a power of two: validated */
   rt->rng = 0x9E3779B9u;
   rt->P = plan->prologue_count;
