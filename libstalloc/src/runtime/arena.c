@@ -251,6 +251,17 @@ static bool stream_reached(st_arena* a, stream_state* s, uint64_t stamp) {
   return false;
 }
 
+/* The stamp of a free on `stream` now (0 where the backend has no queued work); false: no host
+ * memory to follow the stream. */
+static bool stamp_free(st_arena* a, uint64_t stream, uint64_t* stamp) {
+  *stamp = 0;
+  if (!a->ops->event_record) return true;
+  stream_state* s = stream_add(a, stream);
+  if (!s) return false;
+  *stamp = s->last = ++a->clock;
+  return true;
+}
+
 /* Whether `stream`'s work up to `stamp` is known finished; `ask`: ask the device if need be. */
 static bool stamp_done(st_arena* a, uint64_t stream, uint64_t stamp, bool ask) {
   stream_state* s = stream_find(a, stream);
@@ -860,8 +871,6 @@ void st_arena_region_unref(st_arena* a, const void* ptr, uint64_t size) {
   unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, 0, 0);
 }
 
-bool st_arena_shared(const st_arena* a) { return a->shared != 0; }
-
 const size_t* st_arena_shared_count(const st_arena* a) { return &a->shared; }
 
 void st_arena_settle(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {
@@ -871,12 +880,8 @@ void st_arena_settle(st_arena* a, const void* ptr, uint64_t size, uint64_t strea
 }
 
 bool st_arena_region_free(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {
-  uint64_t stamp = 0;
-  if (a->ops->event_record) {
-    stream_state* s = stream_add(a, stream);
-    if (!s) return false;
-    stamp = s->last = ++a->clock;
-  }
+  uint64_t stamp;
+  if (!stamp_free(a, stream, &stamp)) return false;
   unref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, stream, stamp);
   return true;
 }
@@ -890,13 +895,13 @@ uint64_t st_arena_granule(const st_arena* a) { return a->granule; }
 size_t st_arena_cached_entries(const st_arena* a) { return a->cached_count; }
 
 void st_arena_free(st_arena* a, st_arena_block* b, uint64_t stream) {
-  if (a->ops->event_record) {
-    stream_state* s = stream_add(a, stream);
-    /* No host memory to follow its stream: the block is never reused (its bytes stay out of
-     * use until the arena goes) rather than risk another stream overwriting it. */
-    if (!s) return;
+  uint64_t stamp;
+  /* No host memory to follow its stream: the block is never reused (its bytes stay out of use
+   * until the arena goes) rather than risk another stream overwriting it. */
+  if (!stamp_free(a, stream, &stamp)) return;
+  if (stamp) {
     b->stream = stream;
-    b->stamp = s->last = ++a->clock;
+    b->stamp = stamp;
   }
   release_block(a, b);
 }

@@ -59,9 +59,8 @@ void st_arena_region_unref(st_arena* arena, const void* ptr, uint64_t size);
  * elsewhere only once that work is done (or are aliased for that stream's later work). false:
  * no host memory to follow the stream, and the range stays counted. */
 bool st_arena_region_free(st_arena* arena, const void* ptr, uint64_t size, uint64_t stream);
-/* Whether some granule's memory came by an alias while queued work may still use it. */
-bool st_arena_shared(const st_arena* arena);
-/* The count behind st_arena_shared, for a caller that reads it on every request (no call). */
+/* How many granules' memory came by an alias while queued work may still use it (a pointer,
+ * for a caller that reads it on every request without a call). */
 const size_t* st_arena_shared_count(const st_arena* arena);
 /* A request of `stream` takes [ptr, ptr + size) of a region without asking for its granules
  * (they are held): on such granules it waits for that queued work first, if not its own. */

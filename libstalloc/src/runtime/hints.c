@@ -436,13 +436,14 @@ static void start_pending(st_hints* h) {
   if (predicted && st_shapes_predict(h->shapes, n, h->asked, predicted)) {
     job->predicted = true;
     job->step = h->step;
+    bool agrees = true;
     for (size_t j = 0; j < n; j++) job->items[j].size = st_align_up(predicted[j], job->alignment);
-    for (size_t j = 0; j < seen && job; j++)
-      if (job->items[j].size != h->sizes[j]) {
-        free_job(job);
-        job = NULL;
-        h->active = -1;
-      }
+    for (size_t j = 0; j < seen; j++) agrees &= job->items[j].size == h->sizes[j];
+    if (!agrees) {
+      free_job(job);
+      job = NULL;
+      h->active = -1;
+    }
   }
   free(predicted);
   if (!job) return;

@@ -230,8 +230,8 @@ static void settle_held(st_runtime* rt, uint64_t off, uint64_t size, uint64_t st
 static void count_nodes(st_runtime* rt, st_range_node* t, int d) {
   for (; t; t = t->right) {
     count_nodes(rt, t->left, d);
-    void* at = rt->base + t->start;
     if (t->released) continue; /* let go at its free: it holds nothing (its memory may serve elsewhere) */
+    void* at = rt->base + t->start;
     if (d > 0) {
       (void)st_arena_region_ref(rt->arena, at, t->end - t->start, ST_ARENA_ANY_STREAM);
       t->released = t->state == NODE_PENDING && st_arena_region_free(rt->arena, at, t->end - t->start, t->stream);
