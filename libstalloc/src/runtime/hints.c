@@ -38,6 +38,7 @@ typedef struct hint_job {
   uint64_t alignment;
   uint64_t* offsets;     /* result */
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
+  uint64_t hinted_alone, best_fit_alone; /* the same without the requests that outlive it */
   double seconds;
   bool ok;
   bool predicted;        /* sizes the rules foretold for step `step` (shapes.h) */
@@ -317,8 +318,9 @@ static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets) {
   size_t next = 0; /* items in order of their frees (at the alloc index `upper`) */
   for (size_t t = 0; t < n; t++) {
     for (; next < job->count && job->items[order[next]].upper <= t; next++)
-      st_arena_free(arena, blocks[order[next]], 0);
+      if (blocks[order[next]]) st_arena_free(arena, blocks[order[next]], 0);
     const st_place_item* it = &job->items[t];
+    if (!it->size) continue; /* a request left out (place_outliving_last) */
     if (!(offsets && st_arena_alloc_at(arena, offsets[t], it->size, 0, &p, &blocks[t])) &&
         st_arena_alloc(arena, it->size, 0, &p, &blocks[t]))
       goto out;
@@ -334,16 +336,74 @@ out:
   return peak;
 }
 
+/* Requests that outlive the step and are free to place: a warm-up step's new optimizer state,
+ * which the next step does not make again, or a batch made for the next step, which it does. */
+static bool outlives(const hint_job* job, size_t j) {
+  return job->items[j].upper > job->requests && job->items[j].fixed_offset == PLACE_FREE;
+}
+
+static bool place_all(hint_job* job, uint64_t* offsets) {
+  st_place_params p = {.alignment = job->alignment, .time_limit = 0, .cancel = NULL, .every_ordering = true};
+  st_place_result r;
+  return st_place(job->items, job->count, &p, offsets, &r) == STALLOC_OK;
+}
+
+enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
+
+/* Placed with the rest, the requests that outlive the step (`outlives`) can spoil the layout:
+ * a warm-up step's optimizer state counts twice at its end (made in the step, and in use at
+ * the boundary), and the placement, held only to that higher peak, leaves the step's own peak
+ * loose. So the step is also placed without them, and they go around it after. The layout whose
+ * replay needs fewer granules when they are not made again is kept (ties: when they are). */
+static void place_outliving_last(hint_job* job) {
+  size_t n = job->requests;
+  uint64_t* size = malloc((n ? n : 1) * sizeof *size);
+  uint64_t* two = malloc((job->count ? job->count : 1) * sizeof *two);
+  uint8_t* kind = malloc(n ? n : 1);
+  if (!size || !two || !kind) goto out;
+  for (size_t j = 0; j < n; j++) {
+    size[j] = job->items[j].size;
+    kind[j] = outlives(job, j) ? OUTLIVES : job->items[j].fixed_offset == PLACE_FREE ? FREE_FIRST : PLACED_FIXED;
+    if (kind[j] == OUTLIVES) job->items[j].size = 0;
+  }
+  job->hinted_alone = replayed_peak(job, job->offsets);
+  job->best_fit_alone = replayed_peak(job, NULL);
+  bool ok = place_all(job, two);
+  uint64_t two_alone = ok ? replayed_peak(job, two) : 0;
+  for (size_t j = 0; j < n; j++) {
+    job->items[j].size = size[j];
+    if (kind[j] == FREE_FIRST) job->items[j].fixed_offset = two[j];
+  }
+  ok = ok && place_all(job, two);
+  for (size_t j = 0; j < n; j++)
+    if (kind[j] == FREE_FIRST) job->items[j].fixed_offset = PLACE_FREE;
+  uint64_t two_with = ok ? replayed_peak(job, two) : 0;
+  if (two_alone && two_with &&
+      (!job->hinted_alone || two_alone < job->hinted_alone || (two_alone == job->hinted_alone && two_with < job->hinted))) {
+    memcpy(job->offsets, two, job->count * sizeof *two);
+    job->hinted = two_with;
+    job->hinted_alone = two_alone;
+  }
+out:
+  free(size);
+  free(two);
+  free(kind);
+}
+
 static void* place_thread(void* arg) {
   hint_job* job = arg;
   double t0 = st_now();
-  st_place_params p = {.alignment = job->alignment, .time_limit = 0, .cancel = NULL, .every_ordering = true};
-  st_place_result r;
-  job->ok = st_place(job->items, job->count, &p, job->offsets, &r) == STALLOC_OK;
-  if (job->ok) { /* kept only where they beat best fit on the step they came from */
+  job->ok = place_all(job, job->offsets);
+  if (job->ok) {
     job->hinted = replayed_peak(job, job->offsets);
     job->best_fit = replayed_peak(job, NULL);
-    job->ok = job->hinted && job->best_fit && job->hinted < job->best_fit;
+    bool outliving = false;
+    for (size_t j = 0; j < job->requests && !outliving; j++) outliving = outlives(job, j);
+    if (outliving) place_outliving_last(job);
+    /* kept only where they beat best fit on the step they came from, with or without the
+     * requests that outlive it */
+    job->ok = (job->hinted && job->best_fit && job->hinted < job->best_fit) ||
+              (job->hinted_alone && job->best_fit_alone && job->hinted_alone < job->best_fit_alone);
   }
   st_clear_error();
   job->seconds = st_now() - t0;
