@@ -37,6 +37,8 @@ typedef struct hint_job {
   size_t requests, count;
   uint64_t alignment;
   uint64_t* offsets;     /* result */
+  bool* once;            /* by request: lives past the step with nothing to say its like is freed
+                            in the next (a warm-up's optimizer state); NULL: none such */
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
   uint64_t hinted_alone, best_fit_alone; /* the same without the requests that outlive it */
   double seconds;
@@ -107,6 +109,7 @@ stalloc_status_t st_hints_create(uint64_t alignment, bool wait, st_hints** out) 
 
 static void free_job(hint_job* job) {
   if (!job) return;
+  free(job->once);
   free(job->items);
   free(job->offsets);
   free(job);
@@ -336,10 +339,10 @@ out:
   return peak;
 }
 
-/* Requests that outlive the step and are free to place: a warm-up step's new optimizer state,
- * which the next step does not make again, or a batch made for the next step, which it does. */
+/* Requests that outlive the step, with no sign that the next step frees their like (`once`),
+ * and free to place: a warm-up step's new optimizer state, which the next step does not make. */
 static bool outlives(const hint_job* job, size_t j) {
-  return job->items[j].upper > job->requests && job->items[j].fixed_offset == PLACE_FREE;
+  return job->once && job->once[j] && job->items[j].fixed_offset == PLACE_FREE;
 }
 
 static bool place_all(hint_job* job, uint64_t* offsets) {
@@ -532,6 +535,10 @@ static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* s
     job->items[j] = (st_place_item){j, freed, h->sizes[j], PLACE_FREE};
   }
   uint32_t* goes = predict_frees(h);
+  bool any = false;
+  for (size_t j = 0; j < n && !any; j++) any = h->freed_at[j] == LIVE && (!goes || goes[j] == LIVE);
+  if (any && (job->once = malloc(n * sizeof *job->once)))
+    for (size_t j = 0; j < n; j++) job->once[j] = h->freed_at[j] == LIVE && (!goes || goes[j] == LIVE);
   for (size_t i = 0; i < taken; i++) {
     uint64_t upper = end, tag = tags ? tags[i] : 0;
     uint32_t position = (uint32_t)tag;
