@@ -375,7 +375,7 @@ static void place_outliving_last(hint_job* job) {
   uint64_t two_alone = ok ? replayed_peak(job, two) : 0;
   for (size_t j = 0; j < n; j++) {
     job->items[j].size = size[j];
-    if (kind[j] == FREE_FIRST) job->items[j].fixed_offset = two[j];
+    if (ok && kind[j] == FREE_FIRST) job->items[j].fixed_offset = two[j];
   }
   ok = ok && place_all(job, two);
   for (size_t j = 0; j < n; j++)
