@@ -516,6 +516,12 @@ static void start_pending(st_hints* h) {
   if (!h->wait || !adopt(h)) h->active = -1;
 }
 
+/* The request at position j lives past the step that ended, and nothing says that the next
+ * step frees its like (`goes`, from predict_frees): a warm-up's optimizer state. */
+static bool one_off(const st_hints* h, const uint32_t* goes, size_t j) {
+  return h->freed_at[j] == LIVE && (!goes || goes[j] == LIVE);
+}
+
 /* A job placing the step that ended around the blocks in use; NULL: no host memory. */
 static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* sizes, const uint64_t* tags,
                           size_t taken) {
@@ -536,9 +542,9 @@ static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* s
   }
   uint32_t* goes = predict_frees(h);
   bool any = false;
-  for (size_t j = 0; j < n && !any; j++) any = h->freed_at[j] == LIVE && (!goes || goes[j] == LIVE);
+  for (size_t j = 0; j < n && !any; j++) any = one_off(h, goes, j);
   if (any && (job->once = malloc(n * sizeof *job->once)))
-    for (size_t j = 0; j < n; j++) job->once[j] = h->freed_at[j] == LIVE && (!goes || goes[j] == LIVE);
+    for (size_t j = 0; j < n; j++) job->once[j] = one_off(h, goes, j);
   for (size_t i = 0; i < taken; i++) {
     uint64_t upper = end, tag = tags ? tags[i] : 0;
     uint32_t position = (uint32_t)tag;
