@@ -217,9 +217,7 @@ def test_a_plan_met_by_a_ramp_does_not_stack_on_the_pool():
     # granules, so the run costs about what the growable pool alone does; a pool of its own with
     # the misses in segments on top once reserved 1.48 x that. Best fit alone (no layout hints):
     # with them the growable pool needs less than the plan, which is then declined.
-    ev = np.load(TRACES / "full" / "gpt2_ramp.npz")["events"].copy()
-    ev["size"] *= 32
-    t = Trace.from_events(ev)
+    t = scaled_trace("full/gpt2_ramp.npz", 32)
     r = replay(t, online={"layout_hints": 0})
     assert any(p["switched_step"] != NEVER for p in r["plans"])
     alone = replay(t)  # no plan at all: the growable pool alone
