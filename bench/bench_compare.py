@@ -36,14 +36,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def scaled(trace: stalloc.Trace, k: int) -> stalloc.Trace:
-    if k == 1:
-        return trace
-    ev = np.array(trace.events)
-    ev["size"] *= k
-    return stalloc.Trace.from_events(ev)
-
-
 def mib(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
@@ -60,7 +52,7 @@ def table(paths: list[Path], scale: int) -> None:
             f"{'saved-plan waste':>16} {'vs PyTorch':>10} {'seconds':>7}")
     print(head + "\n" + "-" * len(head))
     for p in paths:
-        t = scaled(stalloc.load_trace(p), scale)
+        t = stalloc.load_trace(p).scaled(scale)
         t0 = time.perf_counter()
         rows, _ = compare(t)
         sec = time.perf_counter() - t0

@@ -37,7 +37,6 @@ from stalloc.replay import replay
 from stalloc.trace import ALLOC
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_compare import scaled  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NEVER = 2**64 - 1
@@ -49,7 +48,7 @@ def mib(n: float) -> str:
 
 def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0) -> dict:
     t = stalloc.load_trace(path)
-    t = scaled(t, scale)
+    t = t.scaled(scale)
     torch = simulate(t, "pytorch")["waste"]
     expandable = simulate(t, "pytorch-expandable")["waste"]
     r = replay(t, online={"layout_hints": hints}, growable_pool=growable, device_lag=lag)

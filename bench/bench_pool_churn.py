@@ -23,7 +23,6 @@ import stalloc
 from stalloc.baseline import simulate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_compare import scaled  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MiB = 2**20
@@ -67,7 +66,7 @@ def main() -> int:
     print(f"{'trace':<24}{'steps':>6}{'maps/step':>10}{'maps':>7}{'waste MiB':>11}{'exp. waste MiB':>16}")
     steady_all = []
     for f in files:
-        t = scaled(stalloc.load_trace(f), args.scale)
+        t = stalloc.load_trace(f).scaled(args.scale)
         r = churn(t)
         steady = r["steps"][3:] or r["steps"]
         med = statistics.median(steady) if steady else 0

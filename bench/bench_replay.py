@@ -28,15 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = 512
 
 
-def scaled(trace: Trace, scale: int) -> Trace:
-    if scale == 1:
-        return trace
-    ev = trace.events.copy()
-    big = ev["size"] > TINY
-    ev["size"][big] *= scale
-    return Trace.from_events(ev)
-
-
 def head(trace: Trace, steps: int) -> Trace:
     ev = trace.events
     marks = np.nonzero(ev["kind"] == 3)[0]
@@ -59,7 +50,7 @@ def main() -> None:
     print(f"{'trace':18} {'lower bd':>9} {'reserved':>9} {'frag':>7} {'res/LB':>7} {'hits':>6} "
           f"{'misses':>6} {'fallbk':>6} {'resync':>6} {'reuse':>6} {'tiny':>6} {'replay s':>8} {'torch frag':>10}")
     for path in paths:
-        trace = scaled(stalloc.load_trace(str(path)), args.scale)
+        trace = stalloc.load_trace(str(path)).scaled(args.scale, min_size=TINY + 1)
         plan = stalloc.plan(head(trace, 4), time_limit=args.time_limit, alignment=args.alignment)
         t0 = time.perf_counter()
         r = stalloc.replay(trace, plan, alignment=args.alignment)

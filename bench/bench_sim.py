@@ -62,9 +62,7 @@ def real_table(scales: list[int]) -> None:
     for p in sorted((REPO / "tests/data/traces").glob("*.npz")):
         t0 = stalloc.load_trace(p)
         for scale in scales:
-            ev = np.array(t0.events)
-            ev["size"] *= np.uint64(scale)
-            t = stalloc.Trace.from_events(ev)
+            t = t0.scaled(scale)
             a, b = simulate(t, "pytorch"), simulate(t, "pytorch-expandable")
             mib = lambda x: f"{x / 2**20:.2f}" if x < 2**24 else f"{x / 2**20:.0f}"
             print(f"| {p.stem} | x{scale} | {mib(t.lower_bound)} | {mib(a['peak_reserved'])} | "

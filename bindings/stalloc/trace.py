@@ -114,6 +114,22 @@ class Trace:
         t.append(events)
         return t
 
+    def scaled(self, factor: int, min_size: int = 0) -> "Trace":
+        """A new trace with the size of every request of at least ``min_size`` bytes multiplied
+        by ``factor``, the order of events unchanged: what a model with ``factor`` times larger
+        tensors allocates (how the benchmarks turn a small CPU recording into a GPU-sized run).
+        ``min_size`` keeps requests the slab serves (``<= 512`` bytes) as they are."""
+        factor = int(factor)
+        if factor < 1:
+            raise InvalidArgumentError(f"trace: scale factor must be at least 1, got {factor}")
+        ev = np.array(self.events)  # a copy: the view is read-only and may move
+        big = ev["size"] >= np.uint64(min_size)
+        limit = np.iinfo(np.uint64).max // factor
+        if np.any(ev["size"][big] > limit):
+            raise InvalidArgumentError(f"trace: a size times {factor} does not fit in 64 bits")
+        ev["size"][big] *= np.uint64(factor)
+        return Trace.from_events(ev)
+
     def append(self, events) -> None:
         """Adds events. Refused while an array from .events or .requests is alive: those are
         views of memory that appending may move (copy them with np.array to keep them)."""

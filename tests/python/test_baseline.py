@@ -16,12 +16,6 @@ TRACES = sorted((Path(__file__).resolve().parents[1] / "data" / "traces").glob("
 MiB = 1 << 20
 
 
-def scaled(trace: stalloc.Trace, factor: int) -> stalloc.Trace:
-    ev = np.array(trace.events)
-    ev["size"] *= np.uint64(factor)
-    return stalloc.Trace.from_events(ev)
-
-
 @pytest.fixture(scope="module")
 def traces():
     return {p.stem: stalloc.load_trace(p) for p in TRACES}
@@ -34,7 +28,7 @@ def test_there_are_real_traces():
 @pytest.mark.parametrize("allocator", list(ALLOCATORS))
 def test_real_traces_bounds(traces, allocator):
     for name, t in traces.items():
-        for trace in (t, scaled(t, 1024)):
+        for trace in (t, t.scaled(1024)):
             r = simulate(trace, allocator)
             lb = trace.lower_bound
             assert r["allocator"] == allocator
@@ -62,7 +56,7 @@ def test_expandable_versus_default(traces):
     lower = 0
     for name, t in traces.items():
         for factor in (64, 1024):
-            s = scaled(t, factor)
+            s = t.scaled(factor)
             a, b = simulate(s), simulate(s, "pytorch-expandable")
             streams = s.summary().streams
             assert b["peak_reserved"] <= a["peak_reserved"] + streams * (20 + 2) * MiB, name
@@ -74,7 +68,7 @@ def test_expandable_versus_default(traces):
 
 
 def test_timeline(traces):
-    t = scaled(traces["mixtral_1f1b"], 1024)
+    t = traces["mixtral_1f1b"].scaled(1024)
     r = simulate(t, "pytorch", timeline_points=50)
     ev, al, rs = r["timeline_event"], r["timeline_allocated"], r["timeline_reserved"]
     assert len(ev) == len(al) == len(rs) == 50
@@ -87,7 +81,7 @@ def test_timeline(traces):
 
 
 def test_memory_limit(traces):
-    t = scaled(traces["llama_recompute"], 1024)
+    t = traces["llama_recompute"].scaled(1024)
     free = simulate(t)
     lb = t.lower_bound
     # a limit at the unlimited peak changes nothing
@@ -109,7 +103,7 @@ def test_memory_limit(traces):
 
 
 def test_max_split_size(traces):
-    t = scaled(traces["mixtral_plain"], 4096)
+    t = traces["mixtral_plain"].scaled(4096)
     assert t.summary().max_request > 40 * MiB
     r = simulate(t, max_split_size_mb=40)
     assert r["peak_reserved"] >= t.lower_bound and r["ooms"] == 0
@@ -269,10 +263,10 @@ def random_events(n, seed, big):
 
 def test_matches_naive_model_on_real_traces(traces):
     for name, factor in (("gpt2_plain", 1), ("gpt2_plain", 1024), ("llama_recompute", 1024)):
-        t = scaled(traces[name], factor)
+        t = traces[name].scaled(factor)
         naive = NaiveTorch().run(t.events)
         assert simulate(t)["peak_reserved"] == naive.peak, (name, factor)
-    t = scaled(traces["llama_recompute"], 1024)
+    t = traces["llama_recompute"].scaled(1024)
     limit = t.lower_bound + (simulate(t)["peak_reserved"] - t.lower_bound) // 3
     naive = NaiveTorch(limit=limit).run(t.events)
     r = simulate(t, memory_limit=limit)
@@ -379,7 +373,7 @@ class NaiveExpandable:
 
 def test_expandable_matches_naive_model(traces):
     for name, factor in (("gpt2_plain", 1), ("mixtral_plain", 1024), ("llama_recompute", 1024)):
-        t = scaled(traces[name], factor)
+        t = traces[name].scaled(factor)
         naive = NaiveExpandable().run(t.events)
         assert simulate(t, "pytorch-expandable")["peak_reserved"] == naive.peak, (name, factor)
     for seed in (1, 2):

@@ -6,7 +6,6 @@ more, so peak reserved memory must not depend on the lag (docs/online.md)."""
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import stalloc
@@ -16,9 +15,7 @@ MiB = 1 << 20
 
 
 def scaled(name: str, k: int = 256) -> stalloc.Trace:
-    ev = np.array(stalloc.load_trace(TRACES / f"{name}.npz").events)
-    ev["size"] *= k
-    return stalloc.Trace.from_events(ev)
+    return stalloc.load_trace(TRACES / f"{name}.npz").scaled(k)
 
 
 @pytest.mark.parametrize("name", ["gpt2_plain", "mixtral_plain", "llama_1f1b", "changing/gpt2_eval"])

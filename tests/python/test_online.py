@@ -229,9 +229,7 @@ def test_a_plan_met_by_a_ramp_does_not_stack_on_the_pool():
 
 
 def scaled_trace(name: str, k: int) -> Trace:
-    ev = np.asarray(stalloc.load_trace(TRACES / name).events).copy()
-    ev["size"] *= k
-    return Trace.from_events(ev)
+    return stalloc.load_trace(TRACES / name).scaled(k)
 
 
 @pytest.mark.parametrize("name", ["llama_1f1b.npz", "gpt2_1f1b.npz", "gpt2_accum.npz"])

@@ -78,6 +78,27 @@ def test_from_events_checks(tmp_path):
     assert stalloc.Trace.from_events(ev).summary().unmatched_frees == 1
 
 
+def test_scaled_multiplies_sizes_and_keeps_the_order(tmp_path):
+    path = tmp_path / "run.stalloc"
+    record_toy_run(path)
+    t = stalloc.Trace.load(path)
+    before = np.array(t.events)
+    big = t.scaled(256)
+    ev = big.events
+    assert (ev["kind"] == before["kind"]).all() and (ev["id"] == before["id"]).all()
+    assert (ev["size"] == before["size"] * 256).all()
+    assert big.lower_bound == 256 * t.lower_bound
+    assert (t.events["size"] == before["size"]).all()  # the original is left as it was
+    some = t.scaled(2, min_size=4096)  # the 1000-5000 B activations stay, the weights double
+    sizes = some.events["size"][before["kind"] == ALLOC]
+    old = before["size"][before["kind"] == ALLOC]
+    assert (sizes == np.where(old >= 4096, old * 2, old)).all()
+    with pytest.raises(stalloc.InvalidArgumentError, match="at least 1"):
+        t.scaled(0)
+    with pytest.raises(stalloc.InvalidArgumentError, match="64 bits"):
+        t.scaled(2**62)
+
+
 def test_damaged_files(tmp_path):
     path = tmp_path / "run.stalloc"
     record_toy_run(path, steps=50)
