@@ -710,6 +710,25 @@ static st_arena_block* grow_top(st_arena* a, bool last_free, uint64_t end, uint6
   return b;
 }
 
+/* Where in free block b (not at the top) a block of `need` bytes starts: at b's start, unless
+ * the block is a whole number of granules and b has room to put it on a granule boundary. There
+ * it holds exactly its own granules, and all of them come back when it is freed; one that
+ * straddles a boundary more shares a granule with each neighbour, and once one of them is
+ * freed that granule stays mapped for a few bytes (best fit packs from a hole's start, and a
+ * hole starts wherever its neighbour ended). Of the two boundaries (the block begins on the
+ * first one in b, or ends on the last one), the one that leaves the smaller gap. Measured on
+ * recorded runs (docs/online.md, "Blocks on granule boundaries"). */
+static uint64_t start_in(const st_arena* a, const st_arena_block* b, uint64_t need, uint64_t align) {
+  uint64_t start = st_align_up(b->start, align), end = b->start + b->size, g = a->granule;
+  if (need % g || start % g == 0) return start;
+  uint64_t low = st_align_up(st_align_up(start, g), align); /* begins on a boundary */
+  uint64_t high = end / g * g;                              /* ends on one */
+  high = high >= need ? (high - need) / align * align : 0;
+  bool low_fits = low <= end && end - low >= need, high_fits = high >= start && high + need <= end;
+  if (low_fits && (!high_fits || low - start <= end - (high + need))) return low;
+  return high_fits ? high : start;
+}
+
 /* Takes a free block that holds [start, start + need) for some start that is a multiple of
  * `align` (best fit, else the top grows), splits off what lies before and after, and returns
  * it, neither mapped nor counted on its granules. *grew: the bytes the top grew by. */
@@ -723,8 +742,10 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
   st_arena_block* b = best_fit(a->free_root, need + slack);
   for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
     b = skipped < 64 ? next_key(a->free_root, b) : NULL;
+  uint64_t start = 0;
   if (b) {
     unlist(a, b);
+    start = start_in(a, b, need, align);
   } else {
     /* the top grows: from its free block if it has one */
     bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
@@ -734,8 +755,9 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
       return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: its %llu-byte address range is used up",
                      (unsigned long long)a->capacity);
     if (!(b = grow_top(a, last_free, end, grew))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
+    start = st_align_up(b->start, align);
   }
-  if (!split_out(a, b, st_align_up(b->start, align), need))
+  if (!split_out(a, b, start, need))
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   *out = b;
   return STALLOC_OK;

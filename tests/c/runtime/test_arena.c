@@ -1,7 +1,8 @@
 /* test_arena.c - the growable pool on the virtual backend (2 MiB granules): granules mapped as
  * blocks touch them and given back before new ones are mapped, a plan's pool as a region of
  * it that costs only the granules its live blocks touch, slab chunks in it, and the list of
- * cached granules staying bounded over a long run. */
+ * cached granules staying bounded over a long run, and blocks of whole granules on granule
+ * boundaries. */
 #include "check.h"
 #include "backends/virtual.h"
 #include "runtime/arena.h"
@@ -300,6 +301,40 @@ static void test_region_free_on_a_lagging_device(void) {
   teardown(&f);
 }
 
+/* A block of whole granules goes on a granule boundary in its hole (the one leaving the smaller
+ * gap), so it holds only its own granules; other sizes go at the hole's start (best fit). */
+static void test_whole_granules_go_on_a_boundary(void) {
+  fixture f;
+  setup(&f);
+  void *pa, *pb, *pc, *pd, *pe;
+  st_arena_block *a, *b, *c, *d, *e;
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &pa, &a));     /* [0, 1) MiB */
+  CHECK_OK(st_arena_alloc(f.arena, 5 * MiB, 0, &pb, &b)); /* [1, 6) */
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &pc, &c));     /* [6, 7) */
+  st_arena_free(f.arena, b, 0);                            /* a hole [1, 6) */
+  CHECK_OK(st_arena_alloc(f.arena, 3 * MiB, 0, &pd, &d));
+  CHECK((uint8_t*)pd == (uint8_t*)pa + MiB);               /* not whole granules: the start */
+  st_arena_free(f.arena, d, 0);
+  CHECK_OK(st_arena_alloc(f.arena, G, 0, &pe, &e));
+  CHECK((uint8_t*)pe == (uint8_t*)pa + 4 * MiB);           /* ends on the boundary at 6: no gap above */
+  st_arena_free(f.arena, a, 0);
+  st_arena_free(f.arena, c, 0);
+  st_arena_trim(f.arena);
+  CHECK(f.budget.reserved == G); /* one granule, where [1, 3) would have held two */
+  st_arena_free(f.arena, e, 0);
+  /* a hole [1, 5.5): the first boundary leaves 1 MiB below, the last 1.5 MiB above */
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &pa, &a));
+  CHECK_OK(st_arena_alloc(f.arena, 9 * MiB / 2, 0, &pb, &b));
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &pc, &c));
+  st_arena_free(f.arena, b, 0);
+  CHECK_OK(st_arena_alloc(f.arena, G, 0, &pe, &e));
+  CHECK((uint8_t*)pe == (uint8_t*)pa + 2 * MiB);
+  st_arena_free(f.arena, a, 0);
+  st_arena_free(f.arena, c, 0);
+  st_arena_free(f.arena, e, 0);
+  teardown(&f);
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
@@ -309,5 +344,6 @@ int main(void) {
   RUN(test_cached_list_stays_bounded);
   RUN(test_alloc_at_takes_only_free_bytes);
   RUN(test_region_free_on_a_lagging_device);
+  RUN(test_whole_granules_go_on_a_boundary);
   return 0;
 }
