@@ -10,7 +10,8 @@
  *
  * Hints are kept per kind of step (steps with the same number of allocs, as in online.c): a
  * step takes the hints of the kind expected next, else the latest; while its first requests
- * are those of another kind's hints, it takes those. A step unlike the one planned (sizes an
+ * are those of another kind's hints (one that does not back off), it takes those, also when
+ * the kind expected has none to give. A step unlike the one planned (sizes an
  * MoE gate routes, a kind never seen) misses its hints, and they stop for the rest of it; a
  * kind whose hints stop, or whose sizes changed at more than one position in 16 since its step
  * before, backs off for its next 1, 3, 7, ... steps. The pool stays the only owner of its
@@ -210,12 +211,13 @@ static bool adopt(st_hints* h) {
 }
 
 /* Within a step's first requests: another kind's hints whose start is the step's own (the
- * latest made, when several are: a warm-up step begins as a training step does). */
+ * latest made, when several are: a warm-up step begins as a training step does), not those of
+ * a kind that backs off. */
 static void recognise(st_hints* h) {
   int best = -1;
   for (int i = 0; i < SETS; i++) {
     const hint_set* s = &h->sets[i];
-    if (i == h->active || !s->offset || s->count < h->n) continue;
+    if (i == h->active || !s->offset || s->count < h->n || s->skip) continue;
     if (memcmp(s->size, h->sizes, h->n * sizeof *h->sizes) == 0 && (best < 0 || s->made > h->sets[best].made))
       best = i;
   }
@@ -255,6 +257,9 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
     }
   }
   if (h->pending && position == h->pending_key) start_pending(h);
+  /* no hints expected (the kind expected backs off, or has none): the step may still begin as
+   * another kind's (a batch ramp's second step of a new size, expected to be of the old one) */
+  if (h->active < 0 && position < PROBE && !h->resting) recognise(h);
   if (h->active < 0 || position == LIVE) return position;
   const hint_set* s = &h->sets[h->active];
   if (position < s->count && s->size[position] != need && position < PROBE) recognise(h);
