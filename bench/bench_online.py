@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,6 @@ from stalloc.baseline import simulate
 from stalloc.replay import replay
 from stalloc.trace import ALLOC
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 REPO = Path(__file__).resolve().parents[1]
 NEVER = 2**64 - 1

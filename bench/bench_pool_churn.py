@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
 import stalloc
 from stalloc.baseline import simulate
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 REPO = Path(__file__).resolve().parents[1]
 MiB = 2**20
