@@ -89,7 +89,7 @@ def test_scaled_multiplies_sizes_and_keeps_the_order(tmp_path):
     assert (ev["size"] == before["size"] * 256).all()
     assert big.lower_bound == 256 * t.lower_bound
     assert (t.events["size"] == before["size"]).all()  # the original is left as it was
-    some = t.scaled(2, min_size=4096)  # the 1000-5000 B activations stay, the weights double
+    some = t.scaled(2, min_size=4096)  # requests under 4 KiB stay as they are, the others double
     sizes = some.events["size"][before["kind"] == ALLOC]
     old = before["size"][before["kind"] == ALLOC]
     assert (sizes == np.where(old >= 4096, old * 2, old)).all()
