@@ -9,17 +9,21 @@
  * where floor[s] is the top of what is placed in s, raised to the lowest minimum offset of
  * the unplaced items in s. And dominance: an item whose offset would be at or above some
  * unplaced item's minimum offset + size leaves a gap that item could fill, so it is skipped.
- * These are the techniques MiniMalloc (ASPLOS 2023) published; the code is our own. */
+ * These are the techniques MiniMalloc (ASPLOS 2023) published; the code is our own.
+ *
+ * With many sections (a training step's group of a few thousand items) a node would cost a
+ * pass over every section and every member; there (`large`) the bound's totals live in a
+ * segment tree, a node checks only the sections whose floor or total it moved, and each
+ * section keeps its unplaced members first. Each node's ordering is a list of item indices
+ * (4 bytes an entry: the lists of a descent sum to about items^2 / 2 entries). */
 #include "base/clock.h"
 #include "plan/place_search.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct order_entry {
-  uint64_t off;
-  uint32_t pre;
-} order_entry;
+/* More sections than this: a search keeps more structure to spend less per node (`large`). */
+#define LARGE_SECTIONS 2048
 
 typedef struct undo_entry {
   uint32_t idx;
@@ -40,14 +44,25 @@ struct st_search {
   int heuristic;
   uint32_t* ov_start; /* CSR: items overlapping item i in time */
   uint32_t* ov;
-  uint32_t* sm_start; /* CSR: items live in section s */
+  uint32_t* sm_start; /* CSR: items live in section s (when large, the unplaced ones first) */
   uint32_t* sm;
+  uint32_t* unplaced; /* when large, per section: how many of its members are unplaced */
+  uint32_t* im_start; /* when large, CSR by item: one entry per section it covers ... */
+  uint32_t* slot;     /* ... its index in that section's members */
   uint64_t* total0;    /* bytes live per section */
   uint32_t* pre[ST_SEARCH_HEURISTICS]; /* preorder index -> item */
   /* search state */
-  const uint32_t* cur_pre;
+  uint32_t* rank;       /* per item: its place in the preorder in use (a split's own in a split) */
   uint64_t *minoff, *off, *floor, *total;
-  uint32_t* affected;
+  uint32_t* affected;  /* the sections whose floor the last placement may have raised */
+  uint32_t naffected;
+  /* the unplaced totals again, as a segment tree (add on a range, max of a range): the bound's
+   * `offset + total <= capacity` for every section at once, in log time per node */
+  __int128* seg_max;   /* per node: max of its range, with its own adds (not its ancestors') */
+  __int128* seg_add;   /* per node: added to its whole range */
+  uint32_t seg_size;   /* leaves: a power of two >= sections */
+  bool large;          /* many sections: the tree, and sm's unplaced members first (with few,
+                          scanning them all costs less than keeping either) */
   int32_t* cover;      /* scratch difference array over sections (+1 guard) */
   uint32_t* witness;   /* per section: a member last seen unplaced at or below the floor */
   uint32_t* cuts0;     /* per section boundary q|q+1: items crossing it */
@@ -55,8 +70,12 @@ struct st_search {
   uint32_t* cutpoints; /* scratch stack of new zero cuts */
   size_t ncut, cut_cap;
   undo_stack umin, ufloor;
-  order_entry* arena;
+  uint32_t* arena;    /* each node's ordering of its unplaced items, by (minimum offset, rank); the
+                         offset is read from minoff, which a child restores before it returns, so
+                         an entry is the item alone (the arena grows with depth times items) */
   size_t arena_cap;
+  uint64_t* sort_off;  /* scratch: the offsets and ranks of the list a node is sorting */
+  uint32_t* sort_rank;
   uint64_t cap, node_limit, nodes, backtracks;
   double deadline;
   const volatile int* cancel;
@@ -89,13 +108,9 @@ static int cmp_pre_key(const void* a, const void* b) {
 static const char heuristic_keys[ST_SEARCH_HEURISTICS][3] = {
     {'W', 'A', 'T'}, {'T', 'A', 'W'}, {'T', 'W', 'A'}, {'T', 'C', 'A'}, {'C', 'A', 'T'}, {'A', 'T', 'C'}};
 
-/* The preordering key of item i under heuristic h, with section totals `tot` restricted to
- * sections [rlo, rhi). */
-static void fill_key(const st_search* s, int h, uint32_t i, const uint64_t* tot, uint32_t rlo,
-                     uint32_t rhi, pre_key* key) {
-  uint64_t t = 0;
-  uint32_t a0 = ST_MAX(s->slo[i], rlo), a1 = ST_MIN(s->shi[i], rhi);
-  for (uint32_t k = a0; k < a1; k++) t = ST_MAX(t, tot[k]);
+/* The preordering key of item i under heuristic h; t: the largest section total in its
+ * lifetime (T). */
+static void fill_key(const st_search* s, int h, uint32_t i, uint64_t t, pre_key* key) {
   key->item = i;
   for (int c = 0; c < 3; c++) {
     uint64_t v = 0;
@@ -134,13 +149,24 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   s->floor = calloc(ns ? ns : 1, sizeof(uint64_t));
   s->total = calloc(ns ? ns : 1, sizeof(uint64_t));
   s->affected = calloc(ns ? ns : 1, sizeof(uint32_t));
+  s->sort_off = malloc((n ? n : 1) * sizeof(uint64_t));
+  s->sort_rank = malloc((n ? n : 1) * sizeof(uint32_t));
+  s->rank = malloc((n ? n : 1) * sizeof(uint32_t));
+  s->large = ns > LARGE_SECTIONS;
+  if (s->large) {
+    for (s->seg_size = 1; s->seg_size < ns; s->seg_size *= 2) {}
+    s->seg_max = malloc(2 * (size_t)s->seg_size * sizeof(__int128));
+    s->seg_add = malloc(2 * (size_t)s->seg_size * sizeof(__int128));
+  }
   s->cuts0 = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->witness = calloc(ns ? ns : 1, sizeof(uint32_t));
   s->cover = calloc((size_t)ns + 1, sizeof(int32_t));
   s->cuts = calloc(ns ? ns : 1, sizeof(uint32_t));
   pre_key* keys = calloc(n ? n : 1, sizeof(pre_key));
   bool ok = s->length && s->sm_start && s->total0 && s->ov_start && s->minoff && s->off && s->floor &&
-            s->total && s->affected && s->cuts0 && s->cuts && s->witness && s->cover && keys;
+            s->total && s->affected && s->sort_off && s->sort_rank && s->rank &&
+            (!s->large || (s->seg_max && s->seg_add)) && s->cuts0 && s->cuts && s->witness && s->cover &&
+            keys;
   for (int h = 0; ok && h < ST_SEARCH_HEURISTICS; h++)
     ok = (s->pre[h] = calloc(n ? n : 1, sizeof(uint32_t))) != NULL;
   if (!ok) goto nomem;
@@ -162,8 +188,24 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
     free(fill);
     goto nomem;
   }
-  for (uint32_t i = 0; i < n; i++)
-    for (uint32_t k = in->slo[i]; k < in->shi[i]; k++) s->sm[s->sm_start[k] + fill[k]++] = i;
+  if (s->large) {
+    s->unplaced = malloc((ns ? ns : 1) * sizeof(uint32_t));
+    s->im_start = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    s->slot = malloc((members ? members : 1) * sizeof(uint32_t));
+    if (!s->unplaced || !s->im_start || !s->slot) {
+      free(fill);
+      goto nomem;
+    }
+    s->im_start[0] = 0;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    if (s->large) s->im_start[i + 1] = s->im_start[i] + (in->shi[i] - in->slo[i]);
+    for (uint32_t k = in->slo[i]; k < in->shi[i]; k++) {
+      uint32_t m = s->sm_start[k] + fill[k]++;
+      s->sm[m] = i;
+      if (s->large) s->slot[s->im_start[i] + (k - in->slo[i])] = m;
+    }
+  }
   free(fill);
   for (uint32_t k = 0; k < ns; k++)
     if (s->sm_start[k] < s->sm_start[k + 1]) s->witness[k] = s->sm[s->sm_start[k]];
@@ -216,7 +258,11 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
 
   /* Preorderings. */
   for (int h = 0; h < ST_SEARCH_HEURISTICS; h++) {
-    for (uint32_t i = 0; i < n; i++) fill_key(s, h, i, s->total0, 0, ns, &keys[i]);
+    for (uint32_t i = 0; i < n; i++) {
+      uint64_t t = 0;
+      for (uint32_t k = s->slo[i]; k < s->shi[i]; k++) t = ST_MAX(t, s->total0[k]);
+      fill_key(s, h, i, t, &keys[i]);
+    }
     st_sort(keys, n, sizeof *keys, cmp_pre_key);
     for (uint32_t p = 0; p < n; p++) s->pre[h][p] = keys[p].item;
   }
@@ -234,6 +280,9 @@ void st_search_destroy(st_search* s) {
   free(s->length);
   free(s->sm_start);
   free(s->sm);
+  free(s->unplaced);
+  free(s->im_start);
+  free(s->slot);
   free(s->total0);
   free(s->ov_start);
   free(s->ov);
@@ -243,6 +292,8 @@ void st_search_destroy(st_search* s) {
   free(s->floor);
   free(s->total);
   free(s->affected);
+  free(s->seg_max);
+  free(s->seg_add);
   free(s->cuts0);
   free(s->witness);
   free(s->cover);
@@ -251,6 +302,9 @@ void st_search_destroy(st_search* s) {
   free(s->umin.v);
   free(s->ufloor.v);
   free(s->arena);
+  free(s->sort_off);
+  free(s->sort_rank);
+  free(s->rank);
   free(s);
 }
 
@@ -273,6 +327,43 @@ static bool undo_push(st_search* s, undo_stack* u, uint32_t idx, uint64_t val) {
 
 #define UNPLACED UINT64_MAX
 
+/* Adds `delta` to sections [lo, hi) under node v, which covers [vlo, vhi). */
+static void seg_update(st_search* s, uint32_t v, uint32_t vlo, uint32_t vhi, uint32_t lo, uint32_t hi,
+                       __int128 delta) {
+  if (hi <= vlo || vhi <= lo) return;
+  if (lo <= vlo && vhi <= hi) {
+    s->seg_add[v] += delta;
+    s->seg_max[v] += delta;
+    return;
+  }
+  uint32_t mid = vlo + (vhi - vlo) / 2;
+  seg_update(s, 2 * v, vlo, mid, lo, hi, delta);
+  seg_update(s, 2 * v + 1, mid, vhi, lo, hi, delta);
+  s->seg_max[v] = ST_MAX(s->seg_max[2 * v], s->seg_max[2 * v + 1]) + s->seg_add[v];
+}
+
+/* The largest unplaced total among sections [lo, hi) under node v. */
+static __int128 seg_query(const st_search* s, uint32_t v, uint32_t vlo, uint32_t vhi, uint32_t lo,
+                          uint32_t hi) {
+  if (hi <= vlo || vhi <= lo) return 0; /* totals are never below 0 */
+  if (lo <= vlo && vhi <= hi) return s->seg_max[v];
+  uint32_t mid = vlo + (vhi - vlo) / 2;
+  __int128 a = seg_query(s, 2 * v, vlo, mid, lo, hi), b = seg_query(s, 2 * v + 1, mid, vhi, lo, hi);
+  return ST_MAX(a, b) + s->seg_add[v];
+}
+
+static void seg_reset(st_search* s) {
+  uint32_t L = s->seg_size;
+  for (uint32_t k = 0; k < L; k++) {
+    s->seg_max[L + k] = k < s->nsec ? s->total[k] : 0;
+    s->seg_add[L + k] = 0;
+  }
+  for (uint32_t v = L; v-- > 1;) {
+    s->seg_max[v] = ST_MAX(s->seg_max[2 * v], s->seg_max[2 * v + 1]);
+    s->seg_add[v] = 0;
+  }
+}
+
 /* Places item i at offset o and propagates; the caller undoes with the stack marks. */
 static void place(st_search* s, uint32_t i, uint64_t o) {
   uint64_t top = o + s->size[i];
@@ -293,6 +384,7 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
     span_hi = ST_MAX(span_hi, s->shi[j]);
   }
   uint32_t naff = 0;
+  if (s->large) seg_update(s, 1, 0, s->seg_size, s->slo[i], s->shi[i], -(__int128)s->size[i]);
   int32_t run = 0;
   for (uint32_t q = span_lo; q < span_hi; q++) {
     run += s->cover[q];
@@ -300,13 +392,23 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
     if (run > 0) s->affected[naff++] = q;
   }
   if (span_hi) s->cover[span_hi] = 0;
-  /* The item's sections: the floor rises to its top, its bytes leave the unplaced total. */
+  /* The item's sections: the floor rises to its top, its bytes leave the unplaced total, and
+   * it moves behind the section's unplaced members (unplace undoes that by the count alone:
+   * undos come in reverse order, so it is still right there). */
   for (uint32_t q = s->slo[i]; q < s->shi[i]; q++) {
     if (!undo_push(s, &s->ufloor, q, s->floor[q])) return;
     s->floor[q] = top;
     s->total[q] -= s->size[i];
+    if (!s->large) continue;
+    uint32_t* mine = &s->slot[s->im_start[i] + (q - s->slo[i])];
+    uint32_t last = s->sm_start[q] + --s->unplaced[q], other = s->sm[last];
+    s->sm[*mine] = other;
+    s->slot[s->im_start[other] + (q - s->slo[other])] = *mine;
+    s->sm[last] = i;
+    *mine = last;
   }
   /* Nothing unplaced in a section can go below the lowest minimum offset among them. */
+  s->naffected = naff;
   for (uint32_t a = 0; a < naff; a++) {
     uint32_t q = s->affected[a];
     /* Most often some unplaced member still sits at or below the floor, and then nothing
@@ -314,7 +416,8 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
     uint64_t fl = s->floor[q];
     if (s->minoff[s->witness[q]] <= fl) continue;
     uint64_t lo = UINT64_MAX;
-    for (uint32_t m = s->sm_start[q]; m < s->sm_start[q + 1]; m++) {
+    uint32_t end = s->large ? s->sm_start[q] + s->unplaced[q] : s->sm_start[q + 1];
+    for (uint32_t m = s->sm_start[q]; m < end; m++) {
       uint32_t j = s->sm[m];
       uint64_t v = s->minoff[j]; /* UINT64_MAX once placed */
       if (v <= fl) {
@@ -337,12 +440,29 @@ static void unplace(st_search* s, uint32_t i, size_t mark_min, size_t mark_floor
     s->floor[e->idx] = e->val;
   }
   for (uint32_t q = s->slo[i]; q < s->shi[i]; q++) s->total[q] += s->size[i];
+  if (s->large) {
+    for (uint32_t q = s->slo[i]; q < s->shi[i]; q++) s->unplaced[q]++;
+    seg_update(s, 1, 0, s->seg_size, s->slo[i], s->shi[i], (__int128)s->size[i]);
+  }
   while (s->umin.len > mark_min) {
     undo_entry* e = &s->umin.v[--s->umin.len];
     s->minoff[e->idx] = e->val;
   }
   s->minoff[i] = s->off[i]; /* it was placed at its minimum offset */
   s->off[i] = UNPLACED;
+}
+
+/* sections_fit after item i was placed at `offset`, its parent having passed it: only the
+ * sections whose floor or total moved are checked one by one; `offset + total` for all of
+ * [rlo, rhi) with the tree's largest total. */
+static bool fits_after(const st_search* s, uint32_t i, uint64_t offset, uint32_t rlo, uint32_t rhi) {
+  for (uint32_t q = s->slo[i]; q < s->shi[i]; q++)
+    if (s->floor[q] > s->cap || s->total[q] > s->cap - s->floor[q]) return false;
+  for (uint32_t a = 0; a < s->naffected; a++) {
+    uint32_t q = s->affected[a];
+    if (s->floor[q] > s->cap || s->total[q] > s->cap - s->floor[q]) return false;
+  }
+  return offset <= s->cap && seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)(s->cap - offset);
 }
 
 static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint32_t rhi) {
@@ -353,14 +473,15 @@ static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint
   return true;
 }
 
-static bool entry_less(order_entry a, order_entry b) {
-  return a.off < b.off || (a.off == b.off && a.pre < b.pre);
+/* (offset, rank) a is below (offset, rank) b */
+static bool entry_less(uint64_t a_off, uint32_t a, uint64_t b_off, uint32_t b) {
+  return a_off < b_off || (a_off == b_off && a < b);
 }
 
 static bool ensure_arena(st_search* s, size_t need) {
   if (need <= s->arena_cap) return true;
   size_t cap = ST_MAX(s->arena_cap * 2, need + 1024);
-  order_entry* a = realloc(s->arena, cap * sizeof *a);
+  uint32_t* a = realloc(s->arena, cap * sizeof *a);
   if (!a) return false;
   s->arena = a;
   s->arena_cap = cap;
@@ -368,7 +489,7 @@ static bool ensure_arena(st_search* s, size_t need) {
 }
 
 static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
-                             uint64_t last_off, uint32_t last_pre, uint32_t rlo, uint32_t rhi);
+                             uint64_t last_off, uint32_t last_rank, uint32_t rlo, uint32_t rhi);
 
 /* Dynamic decomposition: once no unplaced item crosses a section boundary, the two sides
  * are independent problems; solving them one after the other (instead of interleaved)
@@ -395,34 +516,41 @@ static st_search_outcome split(st_search* s, size_t base, uint32_t len, size_t c
     }
     uint32_t m = 0;
     for (uint32_t j = 0; j < len; j++) {
-      order_entry e = s->arena[base + j];
-      uint32_t i = s->cur_pre[e.pre];
-      if (s->off[i] == UNPLACED && s->slo[i] < hi && lo < s->shi[i]) s->arena[sub + m++] = e;
+      uint32_t i = s->arena[base + j];
+      if (s->off[i] == UNPLACED && s->slo[i] < hi && lo < s->shi[i]) s->arena[sub + m++] = i;
     }
     if (m == 0) continue;
     /* A fresh preorder for the subproblem, from the totals still unplaced in its sections
      * (what is crowded has changed since the start). */
     pre_key* keys = malloc(m * sizeof *keys);
-    uint32_t* map = malloc(m * sizeof *map);
-    if (!keys || !map) {
+    uint32_t* saved = malloc(m * sizeof *saved); /* the items' ranks outside the split */
+    if (!keys || !saved) {
       free(keys);
-      free(map);
+      free(saved);
       free(c);
       return ST_SEARCH_NOMEM;
     }
-    for (uint32_t j = 0; j < m; j++)
-      fill_key(s, s->heuristic, s->cur_pre[s->arena[sub + j].pre], s->total, lo, hi, &keys[j]);
+    for (uint32_t j = 0; j < m; j++) {
+      uint32_t i = s->arena[sub + j];
+      /* the largest total still unplaced in its lifetime within the subproblem */
+      uint32_t a0 = ST_MAX(s->slo[i], lo), a1 = ST_MIN(s->shi[i], hi);
+      uint64_t t = 0;
+      if (s->large) t = (uint64_t)seg_query(s, 1, 0, s->seg_size, a0, a1);
+      else
+        for (uint32_t k = a0; k < a1; k++) t = ST_MAX(t, s->total[k]);
+      fill_key(s, s->heuristic, i, t, &keys[j]);
+    }
     st_sort(keys, m, sizeof *keys, cmp_pre_key);
     for (uint32_t j = 0; j < m; j++) {
-      map[j] = keys[j].item;
-      s->arena[sub + j] = (order_entry){s->minoff[keys[j].item], j};
+      uint32_t i = keys[j].item;
+      saved[j] = s->rank[i];
+      s->rank[i] = j;
+      s->arena[sub + j] = i; /* sorted by offset by the child, as any node's list */
     }
     free(keys);
-    const uint32_t* saved = s->cur_pre;
-    s->cur_pre = map;
     st_search_outcome r = dfs(s, sub, m, 0, 0, lo, hi);
-    s->cur_pre = saved;
-    free(map);
+    for (uint32_t j = 0; j < m; j++) s->rank[s->arena[sub + j]] = saved[j]; /* children write above */
+    free(saved);
     if (r != ST_SEARCH_FOUND) {
       free(c);
       return r;
@@ -437,7 +565,7 @@ static st_search_outcome split(st_search* s, size_t base, uint32_t len, size_t c
 }
 
 static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
-                             uint64_t last_off, uint32_t last_pre, uint32_t rlo, uint32_t rhi) {
+                             uint64_t last_off, uint32_t last_rank, uint32_t rlo, uint32_t rhi) {
   if (s->nodes >= s->node_limit) return ST_SEARCH_ABORTED;
   s->nodes++;
   if ((s->nodes & 255) == 0 &&
@@ -448,21 +576,26 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
    * offset (they only grow, so an insertion sort on the nearly sorted list is cheap). */
   size_t base = parent + parent_len;
   if (!ensure_arena(s, base + 2 * (size_t)parent_len + 2)) return ST_SEARCH_NOMEM;
-  order_entry* ord = s->arena + base;
-  const order_entry* par = s->arena + parent;
+  uint32_t* ord = s->arena + base;
+  const uint32_t* par = s->arena + parent;
   uint32_t len = 0;
   uint64_t min_height = UINT64_MAX;
   for (uint32_t k = 0; k < parent_len; k++) {
-    uint32_t i = s->cur_pre[par[k].pre];
+    uint32_t i = par[k];
     if (s->off[i] != UNPLACED) continue;
-    order_entry e = {s->minoff[i], par[k].pre};
+    uint64_t e_off = s->minoff[i], *so = s->sort_off;
+    uint32_t e_rank = s->rank[i], *sr = s->sort_rank;
     uint32_t p = len++;
-    while (p > 0 && entry_less(e, ord[p - 1])) {
+    while (p > 0 && entry_less(e_off, e_rank, so[p - 1], sr[p - 1])) {
       ord[p] = ord[p - 1];
+      so[p] = so[p - 1];
+      sr[p] = sr[p - 1];
       p--;
     }
-    ord[p] = e;
-    if (e.off + s->size[i] < min_height) min_height = e.off + s->size[i];
+    ord[p] = i;
+    so[p] = e_off;
+    sr[p] = e_rank;
+    if (e_off + s->size[i] < min_height) min_height = e_off + s->size[i];
   }
   if (len == 0) {
     for (uint32_t i = 0; i < s->n; i++)
@@ -470,13 +603,14 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
     return ST_SEARCH_FOUND;
   }
   for (uint32_t k = 0; k < len; k++) {
-    order_entry e = s->arena[base + k]; /* re-read: a child may have moved the arena */
-    if (e.off >= min_height) break;     /* dominance: it would leave a fillable gap */
-    if (e.off < last_off || (e.off == last_off && e.pre < last_pre)) continue; /* canonical */
-    uint32_t i = s->cur_pre[e.pre];
-    if (e.off > s->cap || s->size[i] > s->cap - e.off) continue;
+    uint32_t i = s->arena[base + k];    /* re-read: a child may have moved the arena */
+    uint64_t e_off = s->minoff[i];      /* as when sorted: children restore it */
+    if (e_off >= min_height) break;     /* dominance: it would leave a fillable gap */
+    uint32_t e_rank = s->rank[i];
+    if (e_off < last_off || (e_off == last_off && e_rank < last_rank)) continue; /* canonical */
+    if (e_off > s->cap || s->size[i] > s->cap - e_off) continue;
     size_t mark_min = s->umin.len, mark_floor = s->ufloor.len, cut_mark = s->ncut;
-    place(s, i, e.off);
+    place(s, i, e_off);
     /* boundaries this item crossed: any now crossed by no unplaced item splits the range */
     for (uint32_t q = s->slo[i]; q + 1 < s->shi[i] && !s->nomem; q++)
       if (--s->cuts[q] == 0 && q + 1 > rlo && q + 1 < rhi) {
@@ -492,9 +626,9 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
     st_search_outcome r = ST_SEARCH_NONE;
     if (s->nomem)
       r = ST_SEARCH_NOMEM;
-    else if (sections_fit(s, e.off, rlo, rhi))
+    else if (s->large ? fits_after(s, i, e_off, rlo, rhi) : sections_fit(s, e_off, rlo, rhi))
       r = s->ncut > cut_mark ? split(s, base, len, cut_mark, rlo, rhi)
-                             : dfs(s, base, len, e.off, e.pre, rlo, rhi);
+                             : dfs(s, base, len, e_off, e_rank, rlo, rhi);
     for (uint32_t q = s->slo[i]; q + 1 < s->shi[i]; q++) s->cuts[q]++;
     s->ncut = cut_mark;
     unplace(s, i, mark_min, mark_floor);
@@ -518,17 +652,19 @@ st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
   s->out = offsets;
   s->nomem = false;
   s->heuristic = heuristic % ST_SEARCH_HEURISTICS;
-  s->cur_pre = s->pre[s->heuristic];
+  for (uint32_t p = 0; p < s->n; p++) s->rank[s->pre[s->heuristic][p]] = p;
   s->umin.len = s->ufloor.len = 0;
   for (uint32_t i = 0; i < s->n; i++) {
     s->off[i] = UNPLACED;
     s->minoff[i] = 0;
   }
   for (uint32_t q = 0; q < s->nsec; q++) {
+    if (s->large) s->unplaced[q] = s->sm_start[q + 1] - s->sm_start[q];
     s->floor[q] = 0;
     s->total[q] = s->total0[q];
     s->cuts[q] = s->cuts0[q];
   }
+  if (s->large) seg_reset(s);
   s->ncut = 0;
   st_search_outcome r;
   if (!sections_fit(s, 0, 0, s->nsec)) {
@@ -537,12 +673,12 @@ st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
     /* The root's "parent" ordering: every item in preorder, at arena position 0. */
     if (s->arena_cap < 2 * (size_t)s->n + 1024) {
       size_t cap = 2 * (size_t)s->n + 1024;
-      order_entry* a = realloc(s->arena, cap * sizeof *a);
+      uint32_t* a = realloc(s->arena, cap * sizeof *a);
       if (!a) return ST_SEARCH_NOMEM;
       s->arena = a;
       s->arena_cap = cap;
     }
-    for (uint32_t p = 0; p < s->n; p++) s->arena[p] = (order_entry){0, p};
+    for (uint32_t p = 0; p < s->n; p++) s->arena[p] = s->pre[s->heuristic][p];
     for (uint32_t i = 0; i < s->n; i++) offsets[i] = UNPLACED;
     r = dfs(s, 0, s->n, 0, 0, 0, s->nsec);
   }
