@@ -61,6 +61,8 @@ typedef struct placer {
   st_place_result* res;
   int heuristics;     /* the search cycles through the first this many preorderings */
   atomic_int* stop;   /* set when one thread of the portfolio has proven its peak optimal */
+  atomic_uchar* solved; /* with two threads, per partition: one of them has it at its goal (or
+                           proven), so the other leaves it; the better of the two is kept */
   int turn;           /* with two threads: the partitions (part.turn) this one searches first */
   bool every_ordering; /* st_place_params.every_ordering */
 } placer;
@@ -652,14 +654,22 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
   return STALLOC_OK;
 }
 
+/* Partition k is done: at its goal or proven, here or (p->solved) by the other thread. */
+static bool part_done(const placer* p, const part* parts, size_t k, uint64_t goal) {
+  return parts[k].peak <= ST_MAX(goal, parts[k].proven) ||
+         (p->solved && atomic_load_explicit(&p->solved[k], memory_order_relaxed));
+}
+
 static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal, bool* optimal) {
   *optimal = false;
   for (;;) {
     bool other_done = p->stop && atomic_load_explicit(p->stop, memory_order_relaxed);
     if (st_cancel_requested(p->cancel) || other_done || st_now() >= p->deadline)
       return STALLOC_OK;
-    part* worst = worst_part(parts, np);
-    if (!worst || worst->peak <= ST_MAX(goal, worst->proven)) {
+    part* worst = NULL; /* the highest peak among the partitions not done */
+    for (size_t k = 0; k < np; k++)
+      if (!part_done(p, parts, k, goal) && (!worst || parts[k].peak > worst->peak)) worst = &parts[k];
+    if (!worst) {
       *optimal = true;
       if (p->stop) atomic_store(p->stop, 1); /* the other thread cannot do better */
       return STALLOC_OK;
@@ -670,12 +680,14 @@ static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal
     part* q = worst;
     for (size_t k = 0; k < np && p->turn >= 0; k++) {
       part* c = &parts[k];
-      if (c->turn == p->turn && c->peak > ST_MAX(goal, c->proven) && searchable(c) &&
+      if (c->turn == p->turn && !part_done(p, parts, k, goal) && searchable(c) &&
           (q == worst || c->peak > q->peak))
         q = c;
     }
     bool stop = false;
     stalloc_status_t st = search_step(p, q, goal, &stop);
+    if (p->solved && q->peak <= ST_MAX(goal, q->proven))
+      atomic_store_explicit(&p->solved[q - parts], 1, memory_order_relaxed);
     if (st || stop) return st;
   }
 }
@@ -705,6 +717,11 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
   part* worst = worst_part(parts, np);
   portfolio_arg* w = worst && searchable(worst) && worst->peak > goal ? calloc(1, sizeof *w) : NULL;
   atomic_int stop = 0;
+  atomic_uchar* solved = w ? calloc(np ? np : 1, sizeof *solved) : NULL;
+  if (w && solved) {
+    for (size_t k = 0; k < np; k++) atomic_init(&solved[k], 0);
+    p->solved = solved;
+  }
   if (w) {
     /* turns by rank of peak among the partitions the search can lower: 0, 1, 0, 1, ... */
     for (size_t k = 0; k < np; k++) parts[k].turn = -1;
@@ -755,6 +772,8 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
     for (size_t k = 0; k < np; k++) part_free(&w->parts[k]);
   }
   p->stop = NULL;
+  p->solved = NULL;
+  free(solved);
   p->turn = -1;
   if (w) {
     free(w->p.off);
