@@ -64,6 +64,7 @@ typedef struct placer {
   atomic_uchar* solved; /* with two threads, per partition: one of them has it at its goal (or
                            proven), so the other leaves it; the better of the two is kept */
   int turn;           /* with two threads: the partitions (part.turn) this one searches first */
+  bool lean;          /* the second thread: large partitions' searches run lean (place_search.h) */
   bool every_ordering; /* st_place_params.every_ordering */
 } placer;
 
@@ -575,7 +576,7 @@ static stalloc_status_t search_setup(placer* p, part* q) {
       size[j] = x->size;
       len[j] = x->length;
     }
-    st_search_input in = {(uint32_t)m, q->thi - q->tlo, size, slo, shi, len, p->align};
+    st_search_input in = {(uint32_t)m, q->thi - q->tlo, size, slo, shi, len, p->align, p->lean};
     st = st_search_create(&in, &q->search);
     /* the search keeps pointers to these arrays: they live as long as it */
   }
@@ -740,6 +741,7 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
     w->p = *p;
     w->p.heuristics = 3;
     w->p.turn = 1;
+    w->p.lean = true;
     w->p.res = &w->res;
     w->p.off = malloc((p->n ? p->n : 1) * sizeof(uint64_t));
     w->parts = malloc((np ? np : 1) * sizeof(part));

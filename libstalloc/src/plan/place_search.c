@@ -63,6 +63,8 @@ struct st_search {
   uint32_t seg_size;   /* leaves: a power of two >= sections */
   bool large;          /* many sections: the tree, and sm's unplaced members first (with few,
                           scanning them all costs less than keeping either) */
+  bool raise;          /* section floors rise to their unplaced members' lowest offset (all but
+                          large lean searches) */
   int32_t* cover;      /* scratch difference array over sections (+1 guard) */
   uint32_t* witness;   /* per section: a member last seen unplaced at or below the floor */
   uint32_t* cuts0;     /* per section boundary q|q+1: items crossing it */
@@ -153,6 +155,7 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   s->sort_rank = malloc((n ? n : 1) * sizeof(uint32_t));
   s->rank = malloc((n ? n : 1) * sizeof(uint32_t));
   s->large = ns > LARGE_SECTIONS;
+  s->raise = !(s->large && in->lean);
   if (s->large) {
     for (s->seg_size = 1; s->seg_size < ns; s->seg_size *= 2) {}
     s->seg_max = malloc(2 * (size_t)s->seg_size * sizeof(__int128));
@@ -378,6 +381,7 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
     if (s->minoff[j] >= top_aligned) continue; /* also true for placed items */
     if (!undo_push(s, &s->umin, j, s->minoff[j])) return;
     s->minoff[j] = top_aligned;
+    if (!s->raise) continue;
     s->cover[s->slo[j]]++;
     s->cover[s->shi[j]]--;
     span_lo = ST_MIN(span_lo, s->slo[j]);

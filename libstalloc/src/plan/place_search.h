@@ -22,6 +22,9 @@ typedef struct st_search_input {
   const uint32_t* shi;    /* one past its last section */
   const uint64_t* length; /* lifetime length in time units (for the area preordering) */
   uint64_t alignment;     /* every offset the search gives is a multiple of it */
+  bool lean;              /* with many sections: no raising of section floors to the unplaced
+                             items' lowest offsets (a weaker bound, but nodes many times
+                             cheaper; which finds the placement sooner varies by instance) */
 } st_search_input;
 
 typedef enum st_search_outcome {
