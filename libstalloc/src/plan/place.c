@@ -309,6 +309,7 @@ typedef struct part {
   uint64_t peak, lb;  /* best peak found, live-bytes bound of this partition */
   uint64_t proven;    /* no placement with a peak below this exists */
   bool has_fixed;
+  int64_t twin;       /* an earlier partition that is the same problem (find_twins), or -1 */
   st_search* search;  /* created on first use */
   uint64_t* sol;
   uint64_t node_limit;
@@ -655,9 +656,85 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
   return STALLOC_OK;
 }
 
-/* Partition k is done: at its goal or proven, here or (p->solved) by the other thread. */
+typedef struct twin_key {
+  uint64_t hash;
+  size_t part;
+} twin_key;
+
+static int cmp_twin_key(const void* a, const void* b) {
+  const twin_key *x = a, *y = b;
+  if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+  return (x->part > y->part) - (x->part < y->part);
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+/* Partitions a and b are the same problem shifted in time (items sorted by start, then by the
+ * caller's order, so the steps of a dense run line up item for item). */
+static bool same_problem(const placer* p, const part* a, const part* b) {
+  if (a->e - a->b != b->e - b->b || a->thi - a->tlo != b->thi - b->tlo) return false;
+  for (size_t j = 0; j < a->e - a->b; j++) {
+    const pitem *x = &p->it[a->b + j], *y = &p->it[b->b + j];
+    if (x->lo - a->tlo != y->lo - b->tlo || x->hi - a->tlo != y->hi - b->tlo || x->size != y->size ||
+        x->fixed != y->fixed)
+      return false;
+  }
+  return true;
+}
+
+/* The partitions the search would work on that repeat an earlier one (the steps of a dense run,
+ * apart after peeling): each is marked with the first, is not searched, and takes its placement
+ * after (take_twins). false: no memory (then no partition is a twin). */
+static bool find_twins(placer* p, part* parts, size_t np, uint64_t goal) {
+  twin_key* k = malloc((np ? np : 1) * sizeof *k);
+  if (!k) return false;
+  size_t nk = 0;
+  for (size_t q = 0; q < np; q++) {
+    part* c = &parts[q];
+    if (c->peak <= goal || !searchable(c)) continue;
+    uint64_t h = mix(c->e - c->b, c->thi - c->tlo);
+    for (size_t i = c->b; i < c->e; i++) {
+      const pitem* x = &p->it[i];
+      h = mix(mix(mix(mix(h, x->lo - c->tlo), x->hi - c->tlo), x->size), x->fixed);
+    }
+    k[nk++] = (twin_key){h, q};
+  }
+  st_sort(k, nk, sizeof *k, cmp_twin_key);
+  for (size_t a = 0; a < nk;) {
+    size_t end = a + 1;
+    while (end < nk && k[end].hash == k[a].hash) end++;
+    for (size_t i = a + 1; i < end; i++) /* the first earlier one of the run that matches */
+      for (size_t j = a; j < i; j++)
+        if (parts[k[j].part].twin < 0 && same_problem(p, &parts[k[j].part], &parts[k[i].part])) {
+          parts[k[i].part].twin = (int64_t)k[j].part;
+          break;
+        }
+    a = end;
+  }
+  free(k);
+  return true;
+}
+
+/* Each twin takes its first's placement where that is lower (the partitions share no time). */
+static void take_twins(placer* p, part* parts, size_t np) {
+  for (size_t q = 0; q < np; q++) {
+    part *c = &parts[q], *first = c->twin >= 0 ? &parts[c->twin] : NULL;
+    if (!first) continue;
+    if (first->peak < c->peak) {
+      memcpy(p->off + c->b, p->off + first->b, (c->e - c->b) * sizeof(uint64_t));
+      c->peak = first->peak;
+    }
+    c->proven = ST_MAX(c->proven, first->proven);
+  }
+}
+
+/* Partition k is done: at its goal or proven, here or (p->solved) by the other thread, or it
+ * takes its twin's placement. */
 static bool part_done(const placer* p, const part* parts, size_t k, uint64_t goal) {
-  return parts[k].peak <= ST_MAX(goal, parts[k].proven) ||
+  return parts[k].twin >= 0 || parts[k].peak <= ST_MAX(goal, parts[k].proven) ||
          (p->solved && atomic_load_explicit(&p->solved[k], memory_order_relaxed));
 }
 
@@ -730,7 +807,7 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
       part* next = NULL;
       for (size_t k = 0; k < np; k++) {
         part* c = &parts[k];
-        if (c->turn < 0 && c->peak > goal && searchable(c) && (!next || c->peak > next->peak))
+        if (c->turn < 0 && c->twin < 0 && c->peak > goal && searchable(c) && (!next || c->peak > next->peak))
           next = c;
       }
       if (!next) break;
@@ -915,6 +992,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   }
   for (size_t q = 0; q < nparts; q++) {
     parts[q].has_fixed = false;
+    parts[q].twin = -1;
     for (size_t i = parts[q].b; i < parts[q].e; i++)
       if (p->it[i].fixed != PLACE_FREE) parts[q].has_fixed = true;
   }
@@ -954,7 +1032,9 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   bool optimal = false;
   uint64_t goal = ST_MAX(lb, fixed_top);
   if (limit > 0.0) {
+    find_twins(p, parts, nparts, goal); /* without memory for it, every partition is searched */
     st = improve_portfolio(p, parts, nparts, goal, &optimal);
+    take_twins(p, parts, nparts);
     if (!st && !optimal) st = peel_more(p, parts, nparts);
     if (st) goto done;
   }
