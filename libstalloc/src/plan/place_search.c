@@ -15,7 +15,9 @@
  * pass over every section and every member; there (`large`) the bound's totals live in a
  * segment tree, a node checks only the sections whose floor or total it moved, and each
  * section keeps its unplaced members first. Each node's ordering is a list of item indices
- * (4 bytes an entry: the lists of a descent sum to about items^2 / 2 entries). */
+ * (4 bytes an entry: the lists of a descent sum to about items^2 / 2 entries). A lean search
+ * (st_search_input.lean) skips the floor raise on such partitions: a weaker bound, far cheaper
+ * nodes; place.c runs one of each. */
 #include "base/clock.h"
 #include "plan/place_search.h"
 
