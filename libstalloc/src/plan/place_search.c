@@ -458,24 +458,25 @@ static void unplace(st_search* s, uint32_t i, size_t mark_min, size_t mark_floor
   s->off[i] = UNPLACED;
 }
 
+/* Section q's unplaced bytes fit between `level` and the capacity. */
+static bool fits_from(const st_search* s, uint32_t q, uint64_t level) {
+  return level <= s->cap && s->total[q] <= s->cap - level;
+}
+
 /* sections_fit after item i was placed at `offset`, its parent having passed it: only the
  * sections whose floor or total moved are checked one by one; `offset + total` for all of
  * [rlo, rhi) with the tree's largest total. */
 static bool fits_after(const st_search* s, uint32_t i, uint64_t offset, uint32_t rlo, uint32_t rhi) {
   for (uint32_t q = s->slo[i]; q < s->shi[i]; q++)
-    if (s->floor[q] > s->cap || s->total[q] > s->cap - s->floor[q]) return false;
-  for (uint32_t a = 0; a < s->naffected; a++) {
-    uint32_t q = s->affected[a];
-    if (s->floor[q] > s->cap || s->total[q] > s->cap - s->floor[q]) return false;
-  }
+    if (!fits_from(s, q, s->floor[q])) return false;
+  for (uint32_t a = 0; a < s->naffected; a++)
+    if (!fits_from(s, s->affected[a], s->floor[s->affected[a]])) return false;
   return offset <= s->cap && seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)(s->cap - offset);
 }
 
 static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint32_t rhi) {
-  for (uint32_t q = rlo; q < rhi; q++) {
-    uint64_t f = ST_MAX(s->floor[q], offset);
-    if (f > s->cap || s->total[q] > s->cap - f) return false;
-  }
+  for (uint32_t q = rlo; q < rhi; q++)
+    if (!fits_from(s, q, ST_MAX(s->floor[q], offset))) return false;
   return true;
 }
 
