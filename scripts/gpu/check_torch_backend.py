@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import driver_timer  # beside this script
 
 MODEL = {"dense": "dense", "moe": "moe", "dynpad": "dynpad", "eval": "dense"}
 MODES = ("pytorch", "pytorch-expandable", "stalloc-record", "stalloc-saved")
@@ -48,7 +50,11 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
     losses, times = [], []
     data = demo_models.batches(steps, batch=16, seq=size["seq"], vocab=size["vocab"], device="cuda",
                                dynamic_padding=variant == "dynpad")
+    steady_allocs = 0
     for i, (x, y) in enumerate(data):
+        if stalloc_mode and i == 5:  # steady state: the median's steps
+            driver_timer.reset()
+            steady_allocs = torch_backend.memory_stats()["num_device_alloc"]
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         losses.append(demo_models.train_step(model, opt, x, y))
@@ -68,7 +74,10 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
         st = torch_backend.memory_stats()
         peak_alloc, peak_res = st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"]
         extra = {"state": torch_backend.state(), "hits": st["stalloc.plan_hits"],
-                 "misses": st["stalloc.plan_misses"], "fallback": st["stalloc.fallback_allocs"]}
+                 "misses": st["stalloc.plan_misses"], "fallback": st["stalloc.fallback_allocs"],
+                 "steady_steps": steps - 5,
+                 "device_allocs_per_step": (st["num_device_alloc"] - steady_allocs) / (steps - 5),
+                 "driver_calls": driver_timer.read()}
     return {"variant": variant, "mode": mode, "losses": losses,
             "median_step_s": statistics.median(times[5:]), "peak_allocated": peak_alloc,
             "peak_reserved": peak_res, "gpu": torch.cuda.get_device_name(), **extra}
@@ -125,6 +134,7 @@ def main() -> int:
                     print(f"{'':<20} online plans: {len(plans)} made, used at steps {used}, "
                           f"{sum(p['declined'] for p in plans)} declined, "
                           f"{sum(1 for p in plans if p['status'] and not p['declined'])} failed")
+                print(f"{'':<20} steady state: {driver_timer.summary(r)}")
         if variant in ("dense", "moe") and "stalloc-saved" in runs:  # runs that repeat: exact and as fast
             saved = runs["stalloc-saved"]
             ok &= saved["peak_reserved"] <= 1.02 * saved["peak_allocated"]

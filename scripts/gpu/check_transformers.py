@@ -20,6 +20,8 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts", "gpu"))
+import driver_timer  # beside this script
 MODES = ("pytorch", "pytorch-expandable", "stalloc")
 RUNS = [(m, v) for m in ("llama", "mixtral") for v in ("plain", "dynpad", "eval")]
 EVAL_EVERY = 5
@@ -54,8 +56,13 @@ def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: boo
     rng = np.random.default_rng(1)
     gen = torch.Generator().manual_seed(2)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    extra = {}
     losses, times = [], []
+    steady_allocs = 0
     for step in range(steps):
+        if mode == "stalloc" and step == min(5, steps - 1):  # steady state: the median's steps
+            driver_timer.reset()
+            steady_allocs = torch_backend.memory_stats()["num_device_alloc"]
         length = s["seq"]
         if variant == "dynpad":
             length = int(rng.integers(max(1, s["seq"] // 4), s["seq"] + 1, size=s["batch"]).max())
@@ -80,11 +87,15 @@ def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: boo
     if mode == "stalloc":
         st = torch_backend.memory_stats()
         peak_alloc, peak_res = st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"]
+        steady = steps - min(5, steps - 1)
+        extra = {"state": torch_backend.state(), "steady_steps": steady,
+                 "device_allocs_per_step": (st["num_device_alloc"] - steady_allocs) / steady,
+                 "driver_calls": driver_timer.read()}
     elif device == "cuda":
         peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     else:
         peak_alloc = peak_res = 0
-    return {"model": name, "variant": variant, "mode": mode, "losses": losses,
+    return {"model": name, "variant": variant, "mode": mode, "losses": losses, **extra,
             "median_step_s": statistics.median(times[min(5, len(times) - 1):]),
             "peak_allocated": peak_alloc, "peak_reserved": peak_res,
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
@@ -129,6 +140,7 @@ def main() -> int:
                   f"{r['median_step_s'] * 1e3:>8.2f} {str(same):>13}")
             if mode == "stalloc":
                 ok &= same
+                print(f"  stalloc steady state: {driver_timer.summary(r)}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

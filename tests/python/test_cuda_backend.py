@@ -116,3 +116,36 @@ def test_init_failure_is_no_device(mock_driver):
     r = _run(code, STALLOC_CUDA_DRIVER=str(mock_driver))
     assert r.returncode == 0, r.stderr
     assert "cuInit" in r.stdout and "CUDA_ERROR_NO_DEVICE" in r.stdout
+
+
+TIMER_SCRIPT = r"""
+import ctypes, os, sys, stalloc
+sys.path.insert(0, os.path.join(os.environ["REPO"], "scripts", "gpu"))
+import driver_timer
+a = stalloc.Allocator(backend="cuda")  # the growable pool: cuMemCreate, cuMemMap, cuMemSetAccess
+driver_timer.reset()
+p = a.alloc(6 << 20)
+ctypes.memset(p, 1, 6 << 20)
+counts = driver_timer.read()
+assert counts["cuMemCreate"][0] == 3 and counts["cuMemMap"][0] == 3, counts
+assert counts["cuMemSetAccess"][0] == 1 and all(ns >= 0 for _, ns in counts.values()), counts
+assert "cuInit" not in counts  # before the reset
+a.free(p)
+a.close()
+print(driver_timer.summary({"device_allocs_per_step": 3.0, "steady_steps": 1, "driver_calls": counts}))
+"""
+
+
+def test_driver_timer_counts_what_the_backend_calls(mock_driver, tmp_path):
+    """scripts/gpu/driver_timer.c forwards every entry point to the driver it stands in for (the
+    mock here) and counts the calls, so the GPU kit can say where the pool's time goes."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    timer = tmp_path / "driver_timer.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(timer), str(REPO / "scripts" / "gpu" / "driver_timer.c"),
+                    "-ldl"], check=True, capture_output=True)
+    at_exit = tmp_path / "counts.jsonl"
+    r = _run(TIMER_SCRIPT, STALLOC_CUDA_DRIVER=str(timer), DRIVER_TIMER_REAL=str(mock_driver),
+             DRIVER_TIMER_OUT=str(at_exit), REPO=str(REPO))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3.0 granule maps/step, driver " in r.stdout
+    assert '"cuMemUnmap": [3,' in at_exit.read_text()  # the pool's close, counted at exit

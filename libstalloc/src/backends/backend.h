@@ -44,6 +44,12 @@ typedef struct backend_ops {
    * unmapped), with no allocation; `from` stays mapped until unmapped (unmap_unused once its
    * queued work is done), and the memory is held once. On failure nothing changes. */
   stalloc_status_t (*alias)(void* state, void* from, void* to, uint64_t size);
+  /* Optional pair: from access_begin to access_end, map, move and alias may leave granting the
+   * device's access to what they map until access_end, which grants contiguous runs in one
+   * call each (CUDA: one cuMemSetAccess per run, not per granule). If access_end fails,
+   * some of those mappings may be inaccessible: the caller unmaps them all. */
+  void (*access_begin)(void* state);
+  stalloc_status_t (*access_end)(void* state);
 
   /* Optional stream ordering. event_record notes the point in `stream`'s work reached now;
    * event_done says whether the work before that point has finished. NULL ops mean work is

@@ -502,9 +502,8 @@ static bool move_granule(st_arena* a, size_t c, size_t g) {
  * requesting stream's: reserved memory grows only when neither is. The host waits for the
  * device here only when memory is short or an aliased address is needed before its work is
  * done (that stream's work, not the device's). */
-static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream) {
+static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size, uint64_t stream) {
   size_t first = start / a->granule, last = (start + size - 1) / a->granule;
-  if (!grow_tables(a, last + 1)) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   for (size_t g = first; g <= last; g++) {
     if (a->mapped[g] == ALIASED) unmap_alias(a, g);
     if (a->mapped[g] & SHARED) settle_shared(a, g, stream);
@@ -543,6 +542,37 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t
     a->refs[g]++;
   }
   return STALLOC_OK;
+}
+
+/* ref_granules between the backend's access_begin and access_end, so the granules a block maps
+ * one by one get the device's access in one grant per run. If the grant fails, the granules
+ * this call mapped are unmapped and counted gone (an alias's memory stays at its old address
+ * until that is unmapped, as it would have anyway) and the block is not counted. */
+static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream) {
+  size_t first = start / a->granule, last = (start + size - 1) / a->granule;
+  if (!grow_tables(a, last + 1)) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
+  size_t g = first;
+  while (g <= last && (a->mapped[g] & MAPPED)) g++;
+  if (g > last || !a->ops->access_begin || !a->ops->access_end) /* nothing to map, or no batching */
+    return ref_granules(a, start, size, stream);
+  size_t n = last - first + 1;
+  uint8_t stack_was[64];
+  uint8_t* was = n <= sizeof stack_was ? stack_was : malloc(n);
+  if (!was) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
+  for (g = first; g <= last; g++) was[g - first] = (a->mapped[g] & MAPPED) != 0;
+  a->ops->access_begin(a->backend);
+  stalloc_status_t s = ref_granules(a, start, size, stream);
+  stalloc_status_t granted = a->ops->access_end(a->backend);
+  if (granted) { /* ref_granules' own failure has uncounted the block already */
+    for (g = first; g <= last; g++) {
+      bool fresh = !was[g - first] && (a->mapped[g] & MAPPED);
+      if (!s && !--a->refs[g] && !fresh && (a->mapped[g] & ~SHARED) == MAPPED) list_cached(a, g);
+      if (fresh && !a->refs[g]) unmap_granule(a, g, true); /* never accessible: no work uses it */
+    }
+    if (!s) s = granted;
+  }
+  if (was != stack_was) free(was);
+  return s;
 }
 
 /* ---- blocks ---- */

@@ -93,7 +93,7 @@ static mapping mappings[MAX_ITEMS];
 static int mapping_count;
 static injection injections[16];
 static long long events_live, events_created, timing_events, handles_live, context_errors,
-    unsafe_unmaps, alloc_calls, mem_creates, retains;
+    unsafe_unmaps, alloc_calls, mem_creates, retains, set_access_calls;
 
 static __thread ctx* ctx_stack[16];
 static __thread int ctx_depth;
@@ -171,7 +171,7 @@ API long long mockcu_stat(const char* name) {
       {"timing_events", timing_events},       {"context_errors", context_errors},
       {"unsafe_unmaps", unsafe_unmaps},       {"primary_refs0", primary_refs[0]},
       {"primary_refs1", primary_refs[1]},     {"mem_creates", mem_creates},
-      {"retains", retains},
+      {"retains", retains},                   {"set_access_calls", set_access_calls},
   };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!strcmp(all[i].name, name)) return all[i].value;
@@ -532,6 +532,7 @@ API CUresult cuMemRetainAllocationHandle(handle** out, void* p) {
 
 API CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const access_desc* desc, size_t count) {
   ENTER_CTX("cuMemSetAccess");
+  set_access_calls++;
   if (!desc || count != 1 || desc->location_type != 1 || desc->flags != 3) RETURN(E_INVALID_VALUE);
   /* The whole range must be mapped, by mappings of the device access is granted to. */
   for (CUdeviceptr at = p; at < p + size;) {

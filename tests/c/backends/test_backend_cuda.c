@@ -498,6 +498,50 @@ static void case_arena_moves_granules(void) {
   check_all_returned();
 }
 
+/* Granules moved one by one into a block get the device's access in one cuMemSetAccess per run;
+ * if that grant fails, the block is refused, the granules it mapped go back, and the pool is
+ * whole again for the next request. */
+static void case_arena_grants_runs(void) {
+  stalloc_allocator_t* a = make_growable();
+  void* A = (void*)0x1000;
+  void* p[4];
+  for (int i = 0; i < 4; i++) CHECK_OK(stalloc_allocator_alloc(a, 2 * MiB, 0, (uintptr_t)A, &p[i]));
+  CHECK_OK(stalloc_allocator_free_sized(a, p[0], 2 * MiB, 0, (uintptr_t)A)); /* two holes, */
+  CHECK_OK(stalloc_allocator_free_sized(a, p[2], 2 * MiB, 0, (uintptr_t)A)); /* not adjacent */
+  long long grants = mock_stat("set_access_calls"), retains = mock_stat("retains");
+  long long creates = mock_stat("mem_creates");
+  void* big;
+  CHECK_OK(stalloc_allocator_alloc(a, 4 * MiB, 0, (uintptr_t)A, &big)); /* above the top: both move */
+  CHECK(mock_stat("retains") - retains == 2 && mock_stat("mem_creates") == creates);
+  CHECK(mock_stat("set_access_calls") - grants == 1);
+  CHECK(stats_of(a).reserved_bytes == 8 * MiB && mock_stat("device_bytes") == (long long)(8 * MiB));
+  fill_check(big, 4 * MiB, 3, true); /* readable and writable: access was granted */
+
+  /* The grant fails: the pool refuses the block, gives back the granules it mapped, and the
+   * request is served by a segment of its own (cuMemAlloc) instead. */
+  CHECK_OK(stalloc_allocator_free_sized(a, big, 4 * MiB, 0, (uintptr_t)A));
+  void *left, *q, *r;
+  CHECK_OK(stalloc_allocator_alloc(a, 2 * MiB, 0, (uintptr_t)A, &left)); /* a hole below is taken */
+  long long segments = mock_stat("alloc_calls");
+  mock_fail("cuMemSetAccess", ST_CU_ERROR_UNKNOWN, 1);
+  CHECK_OK(stalloc_allocator_alloc(a, 6 * MiB, 0, (uintptr_t)A, &q));
+  CHECK(mock_stat("alloc_calls") - segments == 1); /* the pool did refuse it */
+  CHECK(stats_of(a).reserved_bytes == (uint64_t)mock_stat("device_bytes"));
+  fill_check(q, 6 * MiB, 4, true);
+  CHECK_OK(stalloc_allocator_alloc(a, 6 * MiB, 0, (uintptr_t)A, &r)); /* the pool serves again */
+  CHECK(mock_stat("alloc_calls") - segments == 1);
+  fill_check(r, 6 * MiB, 6, true);
+  fill_check(left, 2 * MiB, 5, true);
+  CHECK(stats_of(a).reserved_bytes == (uint64_t)mock_stat("device_bytes"));
+  CHECK_OK(stalloc_allocator_free_sized(a, q, 6 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_free_sized(a, r, 6 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_free_sized(a, left, 2 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_free_sized(a, p[1], 2 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_free_sized(a, p[3], 2 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
 /* record_stream: a block also used on stream B is reused by nobody, not even its own stream A,
  * until B's work queued before the free is done. */
 static void case_record_stream(void) {
@@ -895,6 +939,7 @@ int main(void) {
   CASE(case_record_stream);
   CASE(case_arena_stream_order);
   CASE(case_arena_moves_granules);
+  CASE(case_arena_grants_runs);
   CASE(case_device_memory);
   CASE(case_event_errors);
   CASE(case_threads_and_devices);

@@ -1,0 +1,47 @@
+"""Reads driver_timer.so's counts (driver_timer.c: calls and time of each CUDA driver entry
+point stalloc's cuda backend used) when STALLOC_CUDA_DRIVER points at it; a no-op otherwise."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+
+
+def _lib():
+    path = os.environ.get("STALLOC_CUDA_DRIVER", "")
+    if not path.endswith("driver_timer.so"):
+        return None
+    lib = ctypes.CDLL(path)  # the handle the backend already holds
+    lib.driver_timer_read.restype = ctypes.c_int
+    lib.driver_timer_read.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
+    return lib
+
+
+def reset() -> None:
+    lib = _lib()
+    if lib is not None:
+        lib.driver_timer_reset()
+
+
+def read() -> dict | None:
+    """{entry point: [calls, nanoseconds]} since the last reset, or None without the timer."""
+    lib = _lib()
+    if lib is None:
+        return None
+    buf = ctypes.create_string_buffer(1 << 14)
+    lib.driver_timer_read(buf, len(buf))
+    return json.loads(buf.value.decode())
+
+
+def summary(r: dict) -> str:
+    """Granules mapped and driver time per steady step (driver_timer.so, where it was used)."""
+    out = f"{r['device_allocs_per_step']:.1f} granule maps/step"
+    calls = r.get("driver_calls")
+    if calls:
+        n = r["steady_steps"]
+        total = sum(ns for _, ns in calls.values()) / n / 1e6
+        top = sorted(calls.items(), key=lambda kv: -kv[1][1])[:4]
+        out += f", driver {total:.2f} ms/step: " + ", ".join(
+            f"{k} {c / n:.0f}x {ns / n / 1e6:.2f} ms" for k, (c, ns) in top)
+    return out
