@@ -210,6 +210,38 @@ def test_the_growable_pool_serves_when_no_plan_helps(name):
     assert r["peak_reserved"] == plain["peak_reserved"]
 
 
+@pytest.mark.parametrize("name", ["llama_plain.npz", "gpt2_accum.npz"])
+def test_a_declined_plan_leaves_the_pools_granules_mapped(name):
+    # The pool's idle granules go back only for a plan that is used: unmapped for one that is
+    # declined, the next step mapped them all again (on a GPU a cuMemMap and cuMemSetAccess
+    # each, and the unmap waits for the device). Sizes x256; each step repeats the one before,
+    # and the layout hints keep its blocks where they were, so after the first full step the
+    # pool holds what it holds and maps nothing.
+    t = scaled_trace(name, 256)
+    a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 42)
+    try:
+        a.online_start(wait_for_plan=1)
+        live, reserved, maps, n = {}, [], [], 0
+        for e in t.events:
+            kind = int(e["kind"])
+            if kind == ALLOC:
+                live[int(e["id"])] = a.alloc(int(e["size"]))
+            elif kind == FREE and int(e["id"]) in live:
+                a.free(live.pop(int(e["id"])))
+            elif kind == STEP:
+                n += 1
+                a.step(n)
+                s = a.stats()
+                reserved.append(s.reserved_bytes)
+                maps.append(s.backend_allocs)
+        plans = a.online_plans()
+    finally:
+        a.close()
+    assert plans and all(p["declined"] for p in plans)
+    assert reserved[4:] == [reserved[3]] * len(reserved[4:])  # nothing given back at a boundary
+    assert maps[4:] == [maps[3]] * len(maps[4:])  # nor mapped again
+
+
 def test_a_plan_met_by_a_ramp_does_not_stack_on_the_pool():
     # Full-size GPT-2 with a batch ramp, sizes x32 (a 4 GiB run): the plan made from two
     # half-batch steps is switched to one step before the batch doubles. Its pool is a region of

@@ -639,10 +639,12 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   const stalloc_plan* plan = st_online_step(a->online, &marker, step_allocs, missed, served, &drop, &k);
   if (drop) drop_plans(a);
   if (plan) {
-    /* The recording's cached segments go back first, so the pool does not stack on them.
+    /* The recording's cached segments go back first, so the pool does not stack on them;
+     * the growable pool's idle granules go only if the plan is used (unmapping them for a plan
+     * declined would have the next step map them all again, each a GPU call of tens of us).
      * The plan's iteration begins at a step marker: the next alloc is its first position. */
     st_fallback_release_cached(a->fallback);
-    if (a->arena) st_arena_trim(a->arena);
+    uint64_t idle = a->arena ? st_arena_idle_bytes(a->arena) : 0;
     /* A plan that would hold more than the run has needed so far stays unused: the pool it
      * needs comes on top of what lives outside it (weights, optimizer state). With a growable
      * pool, a declined plan takes the other plans with it: the growable pool serves from now
@@ -651,8 +653,9 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
      * own, fits under that peak: else the plans already there serve that kind too. */
     bool others = false;
     for (int j = 0; j < ST_ONLINE_KINDS; j++) others |= j != k && a->kinds[j];
-    bool declined = (a->arena || others) && a->budget.reserved + plan->pool_size > a->budget.peak_reserved;
+    bool declined = (a->arena || others) && a->budget.reserved - idle + plan->pool_size > a->budget.peak_reserved;
     if (declined && a->arena && !drop_plans(a)) declined = false; /* no memory to drop them */
+    if (!declined && a->arena) st_arena_trim(a->arena);
     stalloc_status_t s = declined ? STALLOC_OK : install_plan(a, k, plan, plan->prologue_count, true);
     st_online_switched(a->online, s, declined, s || declined ? 0 : st_runtime_pool_size(a->kinds[k]));
     st_clear_error();

@@ -958,6 +958,15 @@ void st_arena_free(st_arena* a, st_arena_block* b, uint64_t stream) {
   release_block(a, b);
 }
 
+uint64_t st_arena_idle_bytes(const st_arena* a) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < a->cached_count; i++) {
+    size_t g = a->cached[i];
+    bytes += (a->mapped[g] & ~SHARED) == (MAPPED | LISTED) && !a->refs[g] ? a->granule : 0;
+  }
+  return bytes;
+}
+
 uint64_t st_arena_trim(st_arena* a) {
   uint64_t bytes = 0;
   for (size_t g = pop_cached(a); g != SIZE_MAX; g = pop_cached(a)) {

@@ -75,5 +75,7 @@ uint64_t st_arena_granule(const st_arena* arena);
 size_t st_arena_cached_entries(const st_arena* arena);
 /* Unmaps every granule that holds no live byte; gives the bytes returned. */
 uint64_t st_arena_trim(st_arena* arena);
+/* The bytes st_arena_trim would return now, unmapping nothing. */
+uint64_t st_arena_idle_bytes(const st_arena* arena);
 
 #endif

@@ -48,8 +48,11 @@ static void test_granules_follow_live_blocks(void) {
   CHECK(f.budget.reserved == 2 * G && (uint8_t*)q == (uint8_t*)p + 3 * MiB);
   st_arena_free(f.arena, a, 0);
   CHECK(f.budget.reserved == 2 * G);           /* the first granule is cached, not given back */
+  CHECK(st_arena_idle_bytes(f.arena) == G && f.budget.reserved == 2 * G); /* counted, not unmapped */
   CHECK(st_arena_trim(f.arena) == G && f.budget.reserved == G);
+  CHECK(st_arena_idle_bytes(f.arena) == 0);
   st_arena_free(f.arena, b, 0);
+  CHECK(st_arena_idle_bytes(f.arena) == G);
   CHECK(st_arena_trim(f.arena) == G && f.budget.reserved == 0);
   teardown(&f);
 }
@@ -80,6 +83,7 @@ static void test_region_maps_what_its_blocks_touch(void) {
   st_arena_region_unref(f.arena, r + 63 * MiB, MiB + 4096);
   st_arena_region_unref(f.arena, r + 10 * MiB, 3 * MiB);
   st_arena_region_unref(f.arena, r + 13 * MiB, 512);
+  CHECK(st_arena_idle_bytes(f.arena) == 3 * G);
   CHECK(st_arena_trim(f.arena) == 3 * G && f.budget.reserved == 2 * G);
   /* Released, the region's address space serves blocks again. */
   st_arena_region_release(f.arena, region);
