@@ -5,7 +5,7 @@ process, 50 steps each, trained plainly, with dynamic padding (each batch padded
 sample) and with an evaluation pass every 5 steps. Reports peak allocated and reserved, waste
 against expandable segments', median step time, and whether the losses match step by step.
 
-    python scripts/gpu/check_transformers.py [--steps 50] [--out results.json]
+    python scripts/gpu/check_transformers.py [--steps 50] [--out results.json] [--record DIR]
     python scripts/gpu/check_transformers.py --device cpu --tiny --steps 3   # smoke test, PyTorch only
 """
 
@@ -107,9 +107,15 @@ def main() -> int:
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--tiny", action="store_true", help="small configs (a CPU smoke test)")
+    ap.add_argument("--record", metavar="DIR",
+                    help="stalloc's runs also write their allocation traces here (MODEL_VARIANT.stalloc), "
+                         "for replaying a GPU run on a CPU (stalloc replay --online)")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
+        if args.record and args.child[2] == "stalloc":  # read when the allocator is made
+            os.makedirs(args.record, exist_ok=True)
+            os.environ["STALLOC_RECORD_PATH"] = os.path.join(args.record, f"{args.child[0]}_{args.child[1]}.stalloc")
         print(json.dumps(child(*args.child, args.steps, args.device, args.tiny)))
         return 0
     modes = MODES if args.device == "cuda" else ("pytorch",)  # stalloc needs a GPU
@@ -118,7 +124,8 @@ def main() -> int:
         runs = {}
         for mode in modes:
             cmd = [sys.executable, __file__, "--steps", str(args.steps), "--device", args.device,
-                   "--child", name, variant, mode] + (["--tiny"] if args.tiny else [])
+                   "--child", name, variant, mode] + (["--tiny"] if args.tiny else []) + \
+                  (["--record", args.record] if args.record else [])
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:
                 print(out.stderr, file=sys.stderr)
