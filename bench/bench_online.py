@@ -15,7 +15,9 @@ from the growable pool: on a GPU the plan's hits are the fast path); plan ms: th
 planning time; delay ms: the longest wait at a boundary for a plan (a replay waits; a live run
 switches at the first boundary after planning is done instead); hints: layouts the growable
 pool's layout hints kept / made (one per step it served whole), hint ms: the longest one took
-on the hints' thread (placement and two replays of the step). --scale K multiplies every size
+on the hints' thread (placement and two replays of the step); maps/step: granules the run
+mapped (moves included; the whole run's over its steps, warm-up too), each tens of us of
+driver calls on a GPU (README, "On a GPU"). --scale K multiplies every size
 by K (the allocation order unchanged), as bench_compare.py does; --layout-hints 0 turns the hints
 off (best fit alone). --device-lag N models a GPU running N allocator calls behind the host
 (docs/online.md, "On an asynchronous device"): freed granules stay in use by queued work that
@@ -61,7 +63,7 @@ def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0
                 plan_ms=max((p["plan_seconds"] for p in r["plans"]), default=0) * 1e3,
                 delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3,
                 hints=f"{r['hint_layouts_kept']}/{r['hint_layouts']}", hint_ms=r["hint_seconds_max"] * 1e3,
-                waits=r["device_waits"])
+                waits=r["device_waits"], maps=r["backend_allocs"] / max(1, t.summary().steps))
 
 
 def main() -> None:
@@ -79,24 +81,26 @@ def main() -> None:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
     head = (f"{'trace':<24} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} {'expandable waste':>16} "
             f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
-            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8}"
+            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8} {'maps/step':>9}"
             + (f" {'waits':>7}" if args.device_lag else ""))
     print(head + "\n" + "-" * len(head))
-    vs_ex, shares = [], []
+    vs_ex, shares, maps = [], [], []
     for p in paths:
         r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag)
         shares.append(r["from_plans"])
+        maps.append(r["maps"])
         a = r["waste"] / r["torch"] if r["torch"] else float("nan")
         b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")
         vs_ex.append(b)
         floor = -(-r["lb"] // (2 << 20)) * (2 << 20) - r["lb"]  # the lower bound in whole 2 MiB granules
         print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(floor):>11} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
               f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['from_plans']:>10.1%} "
-              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f}"
+              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f} {r['maps']:>9.1f}"
               + (f" {r['waits']:>7}" if args.device_lag else ""))
     print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
           f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces; "
-          f"bytes from plans: mean {statistics.mean(shares):.1%}, some on {sum(v > 0 for v in shares)}")
+          f"bytes from plans: mean {statistics.mean(shares):.1%}, some on {sum(v > 0 for v in shares)}; "
+          f"granules mapped per step: median {statistics.median(maps):.1f}, summed {sum(maps):.1f}")
 
 
 if __name__ == "__main__":

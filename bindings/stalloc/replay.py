@@ -23,7 +23,7 @@ RESULT_KEYS = (
     "peak_allocated", "peak_reserved", "fragmentation", "hits", "misses", "fallbacks",
     "resyncs", "dynamic", "tiny", "pool_size", "lower_bound", "events", "requests",
     "checked_events", "seconds", "hinted", "hint_layouts", "hint_layouts_kept", "hint_seconds_max",
-    "device_waits",
+    "device_waits", "backend_allocs",
 )
 
 

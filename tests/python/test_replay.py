@@ -152,6 +152,16 @@ def test_replay_without_plan(traces_dir):
     assert 0 < r["fragmentation"] < 1
 
 
+def test_replay_counts_the_granules_it_maps(traces_dir):
+    # The growable pool maps 2 MiB granules (the GPU cost bench_online.py reports per step): at
+    # least its peak's worth, more where it moves them; without it, one segment per cudaMalloc.
+    t = stalloc.load_trace(traces_dir / "gpt2_plain.npz").scaled(256)
+    for r in (stalloc.replay(t), stalloc.replay(t, online=True)):
+        assert r["backend_allocs"] >= r["peak_reserved"] // (2 << 20) > 0
+    segments = stalloc.replay(t, growable_pool=False)
+    assert 0 < segments["backend_allocs"] < segments["requests"]
+
+
 def test_bad_arguments(traces_dir):
     with pytest.raises(ValueError):
         stalloc.replay(str(traces_dir / "gpt2_plain.npz"), check=True)  # virtual memory

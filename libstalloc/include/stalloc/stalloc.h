@@ -625,6 +625,9 @@ typedef struct stalloc_replay_result {
   double hint_seconds_max;    /* online: the longest a layout took on the hints' thread */
   uint64_t device_waits;      /* device_lag > 0: times the host waited for the modelled GPU
                                  (an unmap of memory queued work may use, a spin on an event) */
+  uint64_t backend_allocs;    /* the allocator's backend allocations (stalloc_stats_t): with a
+                                 growable pool, the granules it mapped, moves included; on a GPU
+                                 each costs driver calls of tens of us (README, "On a GPU") */
 } stalloc_replay_result_t;
 
 /* One step of a replay: the events from one step marker to the next (the first also holds

@@ -355,6 +355,7 @@ static stalloc_status_t replay_core(const stalloc_trace_t* trace, const stalloc_
     out.timeline_count = tl.count;
     out.seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     out.hinted = st.hinted_allocs;
+    out.backend_allocs = st.backend_allocs;
     if (a->ops == &st_backend_virtual_lagged) out.device_waits = st_virtual_waits(a->backend);
     stalloc_online_info_t info;
     stalloc_online_info_init(&info);
