@@ -37,6 +37,7 @@ static forward_fn real[N_FUNCTIONS];
 static _Atomic unsigned long long calls[N_FUNCTIONS], nanos[N_FUNCTIONS];
 static void* real_lib;
 static int real_missing[N_FUNCTIONS];
+static int no_driver; /* the real driver could not be loaded: every call says there is no device */
 
 static unsigned long long now_ns(void) {
   struct timespec t;
@@ -47,13 +48,14 @@ static unsigned long long now_ns(void) {
 /* Resolved on first use; an entry point the real driver lacks answers "not supported", as an
  * old driver's absence would (the backend only calls what it found, so this is defensive). */
 static forward_fn resolve(int i) {
-  if (real[i] || real_missing[i]) return real[i];
+  if (real[i] || real_missing[i] || no_driver) return real[i];
   if (!real_lib) {
     const char* path = getenv("DRIVER_TIMER_REAL");
     real_lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!real_lib) {
       fprintf(stderr, "driver_timer: cannot load the real driver: %s\n", dlerror());
-      abort();
+      no_driver = 1;
+      return NULL;
     }
   }
   real[i] = (forward_fn)dlsym(real_lib, SYMBOLS[i]);
@@ -63,7 +65,7 @@ static forward_fn resolve(int i) {
 
 static int forward(int i, reg a, reg b, reg c, reg d, reg e, reg f) {
   forward_fn fn = resolve(i);
-  if (!fn) return ST_CU_ERROR_NOT_SUPPORTED;
+  if (!fn) return no_driver ? ST_CU_ERROR_NO_DEVICE : ST_CU_ERROR_NOT_SUPPORTED;
   unsigned long long t0 = now_ns();
   int r = fn(a, b, c, d, e, f);
   atomic_fetch_add_explicit(&nanos[i], now_ns() - t0, memory_order_relaxed);

@@ -99,6 +99,14 @@ def cpu_torch_sim() -> str:
             f"simulates: peak reserved {sim['peak_reserved']:,} B")
 
 
+def cpu_vmm_calls() -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_vmm_calls", HERE / "bench_vmm_calls.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    return "bench_vmm_calls.py loads (it needs a CUDA driver to time anything)"
+
+
 def cpu_snapshot() -> str:
     import importlib.util
 
@@ -132,6 +140,8 @@ CHECKS = [
      ["check_torch_sim.py"], cpu_torch_sim),
     ("snapshot", "a real PyTorch memory snapshot, saved as test data",
      ["record_snapshot.py", "-o", "snapshot.pickle"], cpu_snapshot),
+    ("vmm_calls", "what cuMemSetAccess and cuMemUnmap cost per call and per granule",
+     ["bench_vmm_calls.py"], cpu_vmm_calls),
 ]
 
 
@@ -149,6 +159,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("gpu-results"))
     ap.add_argument("--only", nargs="*", help="run only these checks")
+    ap.add_argument("--steps", type=int, default=50, help="training steps per run (torch_backend, transformers)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     import stalloc
@@ -168,6 +179,10 @@ def main(argv=None) -> int:
         if has_gpu:
             if name == "snapshot":
                 command = command[:2] + [str(args.out / "snapshot.pickle")]
+            if "--steps" in command:
+                command = [*command[:command.index("--steps") + 1], str(args.steps)]
+            if name == "transformers":  # the GPU runs' traces, to study on a CPU
+                command = [*command, "--record", str(args.out / "traces")]
             r = run_script(name, command, args.out)
         else:
             t0 = time.time()

@@ -6,7 +6,8 @@
 # Without a GPU the same install route runs and each check runs its CPU-visible part and says it
 # was skipped for want of a device.
 #   bash scripts/gpu/prepare.sh     # where packages can be downloaded
-#   bash scripts/gpu/run_all.sh [--only CHECK...]   # on the GPU machine
+#   bash scripts/gpu/run_all.sh [--only CHECK...] [--steps N]   # on the GPU machine
+#   KIT_DRIVER_TIMER=1 bash scripts/gpu/run_all.sh ...   # also time stalloc's CUDA driver calls
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -46,6 +47,14 @@ if [ -z "$wheel" ] || { ! has_shim "$wheel" && "$PY" -c 'import torch' 2>/dev/nu
 fi
 echo "== stalloc from $(basename "$wheel")"
 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --force-reinstall "$wheel"
+if [ "${KIT_DRIVER_TIMER:-0}" = 1 ] && [ -z "${STALLOC_CUDA_DRIVER:-}" ]; then
+  # Time every CUDA driver call stalloc makes (driver_timer.c): the checks then report where
+  # the growable pool's step time goes. x86-64 only.
+  mkdir -p "$REPO/build"
+  gcc -O2 -shared -fPIC -o "$REPO/build/driver_timer.so" "$HERE/driver_timer.c" -ldl
+  export STALLOC_CUDA_DRIVER="$REPO/build/driver_timer.so"
+  echo "== CUDA driver calls timed through $STALLOC_CUDA_DRIVER"
+fi
 echo "== checks"
 cd "$OUT"
 exec "$PY" "$HERE/run_all.py" --out "$OUT" "$@"   # e.g. --only torch_backend

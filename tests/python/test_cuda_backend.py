@@ -149,3 +149,9 @@ def test_driver_timer_counts_what_the_backend_calls(mock_driver, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "3.0 granule maps/step, driver " in r.stdout
     assert '"cuMemUnmap": [3,' in at_exit.read_text()  # the pool's close, counted at exit
+    # With no real driver behind it, every call says there is no device: a clear NoDeviceError.
+    r = _run("import stalloc\ntry:\n    stalloc.Allocator(backend='cuda')\nexcept stalloc.NoDeviceError as e:\n"
+             "    print('NoDeviceError:', e)\n",
+             STALLOC_CUDA_DRIVER=str(timer), DRIVER_TIMER_REAL="/nonexistent/libcuda.so.1")
+    assert r.returncode == 0, r.stderr
+    assert "NoDeviceError:" in r.stdout and "cannot load the real driver" in r.stderr
