@@ -28,6 +28,7 @@ route) still records traces.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
@@ -107,6 +108,7 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
         a = Allocator(backend=backend, device=d, memory_limit=memory_limit)
         _allocators[d] = a
         lib.stalloc_torch_register(d, a._h())
+    atexit.register(_at_exit)
     path, malloc_name = plug_library()
     pluggable = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_name, "stalloc_torch_free")
     register_hooks(pluggable.allocator())
@@ -122,6 +124,17 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         _hook = register_optimizer_step_post_hook(lambda opt, args, kwargs: step())
+
+
+def _at_exit() -> None:
+    """At interpreter exit: finishes any recording (STALLOC_RECORD_PATH), and keeps each
+    allocator alive. PyTorch frees tensors after Python's modules are torn down; an allocator
+    collected with its module before that would be freed under those frees, so it is left for
+    the process's end to reclaim, as PyTorch leaves its own caching allocator."""
+    for a in _allocators.values():
+        with contextlib.suppress(Exception):
+            a.record_stop()
+        a._handle = None  # never destroyed now: Allocator.__del__ finds no handle
 
 
 def _device_path(plan_path, device: int):

@@ -398,3 +398,34 @@ def test_layout_hints_through_pytorch(tmp_path):
         del torch_backend._sessions[0]
     session.close()
 
+
+
+EXIT_SCRIPT = r"""
+import sys, stalloc
+from stalloc._lib import lib
+from stalloc.integrations import torch_backend
+a = stalloc.Allocator(backend="host", record_path=sys.argv[1])  # as STALLOC_RECORD_PATH would
+torch_backend._allocators[0] = a  # what enable() keeps, registered for PyTorch's hooks
+lib.stalloc_torch_register(0, a._h())
+p = lib.stalloc_torch_malloc(4096, 0, stalloc._lib.ffi.NULL)
+lib.stalloc_torch_free(p, 4096, 0, stalloc._lib.ffi.NULL)
+kept = lib.stalloc_torch_malloc(8192, 0, stalloc._lib.ffi.NULL)
+torch_backend._at_exit()  # what enable() registers with atexit
+assert a._handle is None
+del torch_backend._allocators[0], a  # collected: the allocator must outlive this
+lib.stalloc_torch_free(kept, 8192, 0, stalloc._lib.ffi.NULL)  # a tensor PyTorch frees late
+print("ok")
+"""
+
+
+def test_exit_finishes_the_recording_and_keeps_the_allocator(tmp_path):
+    # At interpreter exit PyTorch may free tensors after Python tore the module down: the
+    # allocator is left alive for them (collected, it would be freed under them), and a
+    # recording started with STALLOC_RECORD_PATH is finished so the trace loads.
+    trace = tmp_path / "run.stalloc"
+    r = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(trace)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "ok"
+    t = stalloc.load_trace(trace)
+    assert t.summary().requests == 2
