@@ -411,10 +411,15 @@ static size_t drop_cached(st_arena* a, size_t i) {
 }
 
 /* A cached granule (mapped, no live block) to give back, or SIZE_MAX. */
+/* Whether granule g is mapped with no live block and no alias role: one trim would unmap. */
+static bool idle_granule(const st_arena* a, size_t g) {
+  return (a->mapped[g] & ~(SHARED | LISTED)) == MAPPED && !a->refs[g];
+}
+
 static size_t pop_cached(st_arena* a) {
   while (a->cached_count) {
     size_t g = drop_cached(a, a->cached_count - 1);
-    if ((a->mapped[g] & ~SHARED) == MAPPED && !a->refs[g]) return g;
+    if (idle_granule(a, g)) return g;
   }
   return SIZE_MAX;
 }
@@ -563,12 +568,10 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t
   a->ops->access_begin(a->backend);
   stalloc_status_t s = ref_granules(a, start, size, stream);
   stalloc_status_t granted = a->ops->access_end(a->backend);
-  if (granted) { /* ref_granules' own failure has uncounted the block already */
-    for (g = first; g <= last; g++) {
-      bool fresh = !was[g - first] && (a->mapped[g] & MAPPED);
-      if (!s && !--a->refs[g] && !fresh && (a->mapped[g] & ~SHARED) == MAPPED) list_cached(a, g);
-      if (fresh && !a->refs[g]) unmap_granule(a, g, true); /* never accessible: no work uses it */
-    }
+  if (granted) {
+    if (!s) unref(a, start, size, 0, 0); /* ref_granules' own failure has done so already */
+    for (g = first; g <= last; g++) /* what it mapped was never accessible: no work uses it */
+      if (!was[g - first] && (a->mapped[g] & MAPPED)) unmap_granule(a, g, true);
     if (!s) s = granted;
   }
   if (was != stack_was) free(was);
@@ -960,10 +963,7 @@ void st_arena_free(st_arena* a, st_arena_block* b, uint64_t stream) {
 
 uint64_t st_arena_idle_bytes(const st_arena* a) {
   uint64_t bytes = 0;
-  for (size_t i = 0; i < a->cached_count; i++) {
-    size_t g = a->cached[i];
-    bytes += (a->mapped[g] & ~SHARED) == (MAPPED | LISTED) && !a->refs[g] ? a->granule : 0;
-  }
+  for (size_t i = 0; i < a->cached_count; i++) bytes += idle_granule(a, a->cached[i]) ? a->granule : 0;
   return bytes;
 }
 
