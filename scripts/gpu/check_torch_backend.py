@@ -52,7 +52,7 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
                                dynamic_padding=variant == "dynpad")
     steady_allocs = 0
     for i, (x, y) in enumerate(data):
-        if stalloc_mode and i == min(5, steps - 1):  # steady state: the median's steps
+        if stalloc_mode and i == driver_timer.steady_start(steps):
             driver_timer.reset()
             steady_allocs = torch_backend.memory_stats()["num_device_alloc"]
         torch.cuda.synchronize()
@@ -75,11 +75,9 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
         peak_alloc, peak_res = st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"]
         extra = {"state": torch_backend.state(), "hits": st["stalloc.plan_hits"],
                  "misses": st["stalloc.plan_misses"], "fallback": st["stalloc.fallback_allocs"],
-                 "steady_steps": steps - min(5, steps - 1),
-                 "device_allocs_per_step": (st["num_device_alloc"] - steady_allocs) / (steps - min(5, steps - 1)),
-                 "driver_calls": driver_timer.read()}
+                 **driver_timer.steady_figures(steps, steady_allocs, st["num_device_alloc"])}
     return {"variant": variant, "mode": mode, "losses": losses,
-            "median_step_s": statistics.median(times[min(5, len(times) - 1):]), "peak_allocated": peak_alloc,
+            "median_step_s": statistics.median(times[driver_timer.steady_start(steps):]), "peak_allocated": peak_alloc,
             "peak_reserved": peak_res, "gpu": torch.cuda.get_device_name(), **extra}
 
 

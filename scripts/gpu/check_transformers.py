@@ -60,7 +60,7 @@ def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: boo
     losses, times = [], []
     steady_allocs = 0
     for step in range(steps):
-        if mode == "stalloc" and step == min(5, steps - 1):  # steady state: the median's steps
+        if mode == "stalloc" and step == driver_timer.steady_start(steps):
             driver_timer.reset()
             steady_allocs = torch_backend.memory_stats()["num_device_alloc"]
         length = s["seq"]
@@ -87,16 +87,14 @@ def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: boo
     if mode == "stalloc":
         st = torch_backend.memory_stats()
         peak_alloc, peak_res = st["allocated_bytes.all.peak"], st["reserved_bytes.all.peak"]
-        steady = steps - min(5, steps - 1)
-        extra = {"state": torch_backend.state(), "steady_steps": steady,
-                 "device_allocs_per_step": (st["num_device_alloc"] - steady_allocs) / steady,
-                 "driver_calls": driver_timer.read()}
+        extra = {"state": torch_backend.state(),
+                 **driver_timer.steady_figures(steps, steady_allocs, st["num_device_alloc"])}
     elif device == "cuda":
         peak_alloc, peak_res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     else:
         peak_alloc = peak_res = 0
     return {"model": name, "variant": variant, "mode": mode, "losses": losses, **extra,
-            "median_step_s": statistics.median(times[min(5, len(times) - 1):]),
+            "median_step_s": statistics.median(times[driver_timer.steady_start(steps):]),
             "peak_allocated": peak_alloc, "peak_reserved": peak_res,
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
 

@@ -18,6 +18,18 @@ def _lib():
     return lib
 
 
+def steady_start(steps: int) -> int:
+    """The first step the checks count as steady state (their median step time's too)."""
+    return min(5, steps - 1)
+
+
+def steady_figures(steps: int, allocs_then: int, allocs_now: int) -> dict:
+    """Granules mapped per steady step and the timed driver calls since steady_start (reset())."""
+    n = steps - steady_start(steps)
+    return {"steady_steps": n, "device_allocs_per_step": (allocs_now - allocs_then) / n,
+            "driver_calls": read()}
+
+
 def reset() -> None:
     lib = _lib()
     if lib is not None:
