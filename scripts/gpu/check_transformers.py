@@ -108,6 +108,10 @@ def main() -> int:
     ap.add_argument("--record", metavar="DIR",
                     help="stalloc's runs also write their allocation traces here (MODEL_VARIANT.stalloc), "
                          "for replaying a GPU run on a CPU (stalloc replay --online)")
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                    help="allocators to run (losses are compared with the first)")
+    ap.add_argument("--runs", nargs="+", default=[f"{m}_{v}" for m, v in RUNS],
+                    choices=[f"{m}_{v}" for m, v in RUNS], help="MODEL_VARIANT runs to make")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -116,9 +120,11 @@ def main() -> int:
             os.environ["STALLOC_RECORD_PATH"] = os.path.join(args.record, f"{args.child[0]}_{args.child[1]}.stalloc")
         print(json.dumps(child(*args.child, args.steps, args.device, args.tiny)))
         return 0
-    modes = MODES if args.device == "cuda" else ("pytorch",)  # stalloc needs a GPU
+    modes = args.modes if args.device == "cuda" else ("pytorch",)  # stalloc needs a GPU
     results, ok = [], True
     for name, variant in RUNS:
+        if f"{name}_{variant}" not in args.runs:
+            continue
         runs = {}
         for mode in modes:
             cmd = [sys.executable, __file__, "--steps", str(args.steps), "--device", args.device,
@@ -130,7 +136,7 @@ def main() -> int:
                 return 1
             runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(runs[mode])
-        base = runs["pytorch"]
+        base = runs[modes[0]]
         print(f"\n{name} {variant} on {base['device']}, {args.steps} steps")
         print(f"{'allocator':<20} {'peak alloc MiB':>15} {'peak reserved MiB':>18} {'waste MiB':>10} "
               f"{'waste/expandable':>17} {'step ms':>8} {'losses equal':>13}")
