@@ -242,6 +242,67 @@ def test_a_declined_plan_leaves_the_pools_granules_mapped(name):
     assert maps[4:] == [maps[3]] * len(maps[4:])  # nor mapped again
 
 
+def _gradient_loop(weights: int, grad: int, steps: int = 12) -> tuple[list[int], list[dict], int]:
+    """A step that keeps the growable pool moving granules (virtual backend, best fit and hints
+    alike): eight 6 MiB activations, a gradient that lives until the next step begins (as
+    PyTorch's do between zero_grad calls), then a 64 MiB block where the activations were. The
+    pool's peak leaves it too few granules for both places, so each step moves about 50 back and
+    forth; a plan puts the big block over the activations' bytes. Returns the granules mapped in
+    each step, the plans and the waste."""
+    a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 42)
+    try:
+        a.online_start(wait_for_plan=1)
+        a.alloc(weights)
+        maps, last, g = [], 0, None
+        for n in range(1, steps + 1):
+            a.step(n)
+            m = a.stats().backend_allocs
+            maps.append(m - last)
+            last = m
+            if g:
+                a.free(g)
+            acts = [a.alloc(6 * MiB) for _ in range(8)]
+            g = a.alloc(grad)
+            for x in acts:
+                a.free(x)
+            a.free(a.alloc(64 * MiB))
+        s = a.stats()
+        return maps, a.online_plans(), s.peak_reserved_bytes - s.peak_allocated_bytes
+    finally:
+        a.close()
+
+
+def test_a_plan_is_used_when_blocks_the_last_step_left_live_are_its_own():
+    # At the boundary the last step's gradient is live in the growable pool and the plan's pool
+    # has a slot for the next one: counted twice, the plan looked one granule larger than the
+    # run and was declined, and the pool moved 50 granules every step from then on.
+    maps, plans, waste = _gradient_loop(16 * MiB, 2 * MiB)
+    assert [p["switched_step"] for p in plans] == [5]
+    assert maps[6:] == [0] * len(maps[6:])
+    assert waste == 0
+
+
+def test_a_pool_that_moves_granules_takes_a_plan_a_granule_larger():
+    # A 1 MiB gradient: by the estimate the plan needs one granule more than the run has held.
+    # A pool that moves granules every step (on a GPU each move is a cuMemUnmap, cuMemMap and
+    # cuMemSetAccess) takes it all the same, on a 2 GiB run and on a small one (one granule is
+    # the least it allows). Here the estimate is a granule high: the waste is what the pool's is
+    # (1 MiB, measured before the change), and nothing moves once the plan serves.
+    for weights in (2048 * MiB, 16 * MiB):
+        maps, plans, waste = _gradient_loop(weights, 1 * MiB)
+        assert [p["switched_step"] for p in plans] == [5]
+        assert maps[6:] == [0] * len(maps[6:])
+        assert waste == 1 * MiB
+
+
+def test_a_pool_that_moves_nothing_declines_a_plan_a_granule_larger():
+    # With 1 MiB more of weights the pool's layout settles (no granule moves after the warm-up):
+    # the plan, by the estimate a granule larger than what the run holds, would buy nothing.
+    maps, plans, waste = _gradient_loop(2049 * MiB, 1 * MiB)
+    assert plans and all(p["declined"] for p in plans)
+    assert maps[6:] == [0] * len(maps[6:])
+
+
 def test_a_plan_met_by_a_ramp_does_not_stack_on_the_pool():
     # Full-size GPT-2 with a batch ramp, sizes x32 (a 4 GiB run): the plan made from two
     # half-batch steps is switched to one step before the batch doubles. Its pool is a region of
