@@ -17,7 +17,9 @@ switches at the first boundary after planning is done instead); hints: layouts t
 pool's layout hints kept / made (one per step it served whole), hint ms: the longest one took
 on the hints' thread (placement and two replays of the step); maps/step: granules the run
 mapped (moves included; the whole run's over its steps, warm-up too), each tens of us of
-driver calls on a GPU (README, "On a GPU"). --scale K multiplies every size
+driver calls on a GPU (README, "On a GPU"); late maps: the same over the second half of the
+steps only (the run replayed again up to its middle step marker and subtracted), the steady
+state's cost where a run has one. --scale K multiplies every size
 by K (the allocation order unchanged), as bench_compare.py does; --layout-hints 0 turns the hints
 off (best fit alone). --device-lag N models a GPU running N allocator calls behind the host
 (docs/online.md, "On an asynchronous device"): freed granules stay in use by queued work that
@@ -35,7 +37,8 @@ import numpy as np
 import stalloc
 from stalloc.baseline import simulate
 from stalloc.replay import replay
-from stalloc.trace import ALLOC
+from stalloc.compare import first_steps
+from stalloc.trace import ALLOC, STEP
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,6 +55,13 @@ def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0
     torch = simulate(t, "pytorch")["waste"]
     expandable = simulate(t, "pytorch-expandable")["waste"]
     r = replay(t, online={"layout_hints": hints}, growable_pool=growable, device_lag=lag)
+    # The second half's maps: the run again up to its middle step marker (no look-ahead, so the
+    # same figures up to there), subtracted.
+    markers = int((np.asarray(t.events)["kind"] == STEP).sum())
+    half = (markers + 1) // 2
+    head, _ = first_steps(t, half - 1)
+    late_maps = r["backend_allocs"] - replay(head, online={"layout_hints": hints}, growable_pool=growable,
+                                             device_lag=lag)["backend_allocs"]
     waste = r["peak_reserved"] - r["peak_allocated"]
     plans = "".join("s" if p["switched_step"] != NEVER else "d" if p["declined"] else "-"
                     for p in r["plans"])
@@ -63,7 +73,8 @@ def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0
                 plan_ms=max((p["plan_seconds"] for p in r["plans"]), default=0) * 1e3,
                 delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3,
                 hints=f"{r['hint_layouts_kept']}/{r['hint_layouts']}", hint_ms=r["hint_seconds_max"] * 1e3,
-                waits=r["device_waits"], maps=r["backend_allocs"] / max(1, t.summary().steps))
+                waits=r["device_waits"], maps=r["backend_allocs"] / max(1, t.summary().steps),
+                late_maps=late_maps / max(1, markers - half))
 
 
 def main() -> None:
@@ -81,26 +92,29 @@ def main() -> None:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
     head = (f"{'trace':<24} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} {'expandable waste':>16} "
             f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
-            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8} {'maps/step':>9}"
+            f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8} {'maps/step':>9} {'late maps':>9}"
             + (f" {'waits':>7}" if args.device_lag else ""))
     print(head + "\n" + "-" * len(head))
-    vs_ex, shares, maps = [], [], []
+    vs_ex, shares, maps, late = [], [], [], []
     for p in paths:
         r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag)
         shares.append(r["from_plans"])
         maps.append(r["maps"])
+        late.append(r["late_maps"])
         a = r["waste"] / r["torch"] if r["torch"] else float("nan")
         b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")
         vs_ex.append(b)
         floor = -(-r["lb"] // (2 << 20)) * (2 << 20) - r["lb"]  # the lower bound in whole 2 MiB granules
         print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(floor):>11} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
               f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['from_plans']:>10.1%} "
-              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f} {r['maps']:>9.1f}"
+              f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f} {r['maps']:>9.1f} "
+              f"{r['late_maps']:>9.1f}"
               + (f" {r['waits']:>7}" if args.device_lag else ""))
     print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
           f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces; "
           f"bytes from plans: mean {statistics.mean(shares):.1%}, some on {sum(v > 0 for v in shares)}; "
-          f"granules mapped per step: median {statistics.median(maps):.1f}, summed {sum(maps):.1f}")
+          f"granules mapped per step: median {statistics.median(maps):.1f}, summed {sum(maps):.1f}; "
+          f"in the second half: median {statistics.median(late):.1f}, summed {sum(late):.1f}")
 
 
 if __name__ == "__main__":
