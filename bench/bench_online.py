@@ -77,7 +77,7 @@ def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0
                 late_maps=late_maps / max(1, markers - half))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", nargs="+", default=[str(REPO / "tests" / "data" / "traces")])
     ap.add_argument("--growable", type=int, default=1, help="the growable pool (default 1)")
@@ -86,7 +86,7 @@ def main() -> None:
                     help="the growable pool's layout hints (default 1; 0: best fit alone)")
     ap.add_argument("--device-lag", type=int, default=0, metavar="N",
                     help="model a device N allocator calls behind the host (default 0: synchronous)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")

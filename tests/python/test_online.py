@@ -298,7 +298,7 @@ def test_a_pool_that_moves_granules_takes_a_plan_a_granule_larger():
 def test_a_pool_that_moves_nothing_declines_a_plan_a_granule_larger():
     # With 1 MiB more of weights the pool's layout settles (no granule moves after the warm-up):
     # the plan, by the estimate a granule larger than what the run holds, would buy nothing.
-    maps, plans, waste = _gradient_loop(2049 * MiB, 1 * MiB)
+    maps, plans, _ = _gradient_loop(2049 * MiB, 1 * MiB)
     assert plans and all(p["declined"] for p in plans)
     assert maps[6:] == [0] * len(maps[6:])
 
@@ -477,3 +477,24 @@ def test_online_wastes_no_more_than_pytorch(path):
     if path.parent.name == "changing":
         allowed += max(used, default=0)
     assert r["peak_reserved"] - r["peak_allocated"] <= allowed
+
+
+def test_bench_online_counts_the_late_steps_maps_apart(tmp_path, capsys):
+    # bench/bench_online.py's late maps: the second half's granule maps per step. A periodic run
+    # whose layout settles maps nothing there though its warm-up mapped hundreds; an MoE run
+    # (routing changes each step) keeps moving granules.
+    import importlib.util
+    import shutil
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_online.py"
+    spec = importlib.util.spec_from_file_location("bench_online", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name in ("gpt2_plain", "mixtral_plain"):
+        shutil.copy(TRACES / f"{name}.npz", tmp_path)
+    bench.main(["--traces", str(tmp_path), "--scale", "256"])
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:4]}
+    maps, late = float(rows["gpt2_plain"][-2]), float(rows["gpt2_plain"][-1])
+    assert maps > 50 and late == 0
+    assert float(rows["mixtral_plain"][-1]) > 50
+
