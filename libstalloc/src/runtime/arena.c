@@ -970,7 +970,9 @@ uint64_t st_arena_idle_bytes(const st_arena* a) {
 uint64_t st_arena_trim(st_arena* a) {
   uint64_t bytes = 0;
   for (size_t g = pop_cached(a); g != SIZE_MAX; g = pop_cached(a)) {
-    unmap_granule(a, g, false);
+    /* The queued work of the frees that touched it, on their streams (once a stream is waited
+     * for, its later granules need no wait), not the whole device granule by granule. */
+    unmap_granule(a, g, wait_granule(a, g));
     bytes += a->granule;
   }
   return bytes;

@@ -93,7 +93,7 @@ static mapping mappings[MAX_ITEMS];
 static int mapping_count;
 static injection injections[16];
 static long long events_live, events_created, timing_events, handles_live, context_errors,
-    unsafe_unmaps, alloc_calls, mem_creates, retains, set_access_calls;
+    unsafe_unmaps, alloc_calls, mem_creates, retains, set_access_calls, ctx_syncs;
 
 static __thread ctx* ctx_stack[16];
 static __thread int ctx_depth;
@@ -172,6 +172,7 @@ API long long mockcu_stat(const char* name) {
       {"unsafe_unmaps", unsafe_unmaps},       {"primary_refs0", primary_refs[0]},
       {"primary_refs1", primary_refs[1]},     {"mem_creates", mem_creates},
       {"retains", retains},                   {"set_access_calls", set_access_calls},
+      {"ctx_syncs", ctx_syncs},
   };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!strcmp(all[i].name, name)) return all[i].value;
@@ -407,6 +408,7 @@ API CUresult cuStreamSynchronize(void* stream) {
 
 API CUresult cuCtxSynchronize(void) {
   ENTER_CTX("cuCtxSynchronize");
+  ctx_syncs++;
   for (int i = 0; i < stream_count; i++) streams[i].done = streams[i].submitted;
   RETURN(OK);
 }

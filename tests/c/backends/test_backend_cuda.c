@@ -498,6 +498,26 @@ static void case_arena_moves_granules(void) {
   check_all_returned();
 }
 
+/* Giving the pool's idle granules back (release_cached, or a plan switched to) waits for the
+ * work queued before their frees on those frees' stream, once, not for the whole device once
+ * per granule (on an H200 a plan's switch unmapped hundreds, each after a cuCtxSynchronize). */
+static void case_arena_trim_waits_once(void) {
+  stalloc_allocator_t* a = make_growable();
+  void* A = (void*)0x1000;
+  void* p[8];
+  for (int i = 0; i < 8; i++) CHECK_OK(stalloc_allocator_alloc(a, 2 * MiB, 0, (uintptr_t)A, &p[i]));
+  mock_launch(A); /* work that uses them, still queued at their frees */
+  for (int i = 0; i < 8; i++) CHECK_OK(stalloc_allocator_free_sized(a, p[i], 2 * MiB, 0, (uintptr_t)A));
+  CHECK(mock_pending(A) == 1 && stats_of(a).reserved_bytes == 16 * MiB);
+  long long syncs = mock_stat("ctx_syncs"), unsafe = mock_stat("unsafe_unmaps");
+  CHECK_OK(stalloc_allocator_release_cached(a));
+  CHECK(stats_of(a).reserved_bytes == 0 && mock_stat("device_bytes") == 0);
+  CHECK(mock_stat("unsafe_unmaps") == unsafe && mock_pending(A) == 0); /* it did wait */
+  CHECK(mock_stat("ctx_syncs") == syncs);                              /* on A, not the device */
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
 /* Granules moved one by one into a block get the device's access in one cuMemSetAccess per run;
  * if that grant fails, the block is refused, the granules it mapped go back, and the pool is
  * whole again for the next request. */
@@ -940,6 +960,7 @@ int main(void) {
   CASE(case_arena_stream_order);
   CASE(case_arena_moves_granules);
   CASE(case_arena_grants_runs);
+  CASE(case_arena_trim_waits_once);
   CASE(case_device_memory);
   CASE(case_event_errors);
   CASE(case_threads_and_devices);
