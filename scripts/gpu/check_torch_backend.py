@@ -8,7 +8,7 @@ in its own process (the allocator must be chosen before CUDA starts). Checks tha
 step by step (same seed, deterministic settings) and reports peak reserved against peak
 allocated, waste against expandable segments', and the median step time.
 
-    python scripts/gpu/check_torch_backend.py [--steps 50] [--out results.json]
+    python scripts/gpu/check_torch_backend.py [--steps 50] [--out results.json] [--record DIR]
 """
 
 from __future__ import annotations
@@ -88,9 +88,15 @@ def main() -> int:
     ap.add_argument("--variants", nargs="+", default=list(MODEL), choices=list(MODEL))
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES),
                     help="allocators to run (pytorch, the baseline, always runs)")
+    ap.add_argument("--record", metavar="DIR",
+                    help="stalloc-record runs also write their allocation traces here (VARIANT.stalloc), "
+                         "for replaying a GPU run on a CPU (stalloc replay --online)")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "MODE", "PLAN_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
+        if args.record and args.child[1] == "stalloc-record":  # read when the allocator is made
+            os.makedirs(args.record, exist_ok=True)
+            os.environ["STALLOC_RECORD_PATH"] = os.path.join(args.record, f"{args.child[0]}.stalloc")
         print(json.dumps(child(args.child[0], args.child[1], args.steps, args.child[2])))
         return 0
     results, ok = [], True
@@ -100,7 +106,8 @@ def main() -> int:
         runs = {}
         for mode in modes:
             out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--child",
-                                  variant, mode, plan_dir], capture_output=True, text=True)
+                                  variant, mode, plan_dir] + (["--record", args.record] if args.record else []),
+                                 capture_output=True, text=True)
             if out.returncode != 0:  # reported, and the other runs go on
                 print(f"{variant} {mode} failed:\n{out.stderr}", file=sys.stderr)
                 ok = False

@@ -181,7 +181,7 @@ def main(argv=None) -> int:
                 command = command[:2] + [str(args.out / "snapshot.pickle")]
             if "--steps" in command:
                 command = [*command[:command.index("--steps") + 1], str(args.steps)]
-            if name == "transformers":  # the GPU runs' traces, to study on a CPU
+            if name in ("transformers", "torch_backend"):  # the GPU runs' traces, to study on a CPU
                 command = [*command, "--record", str(args.out / "traces")]
             r = run_script(name, command, args.out)
         else:
