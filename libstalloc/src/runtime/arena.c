@@ -68,6 +68,7 @@ struct st_arena {
   st_arena_block* addr_root;    /* the free blocks again, keyed by start, once alloc_at is
                                    wanted (st_arena_index_addresses) */
   bool by_address;
+  unsigned fit_candidates;      /* free blocks weighed per request (1: best fit alone) */
   st_arena_block* spares;
   uint64_t clock;               /* stamps frees */
   stream_state* streams;        /* streams blocks were freed on */
@@ -652,7 +653,8 @@ stalloc_status_t st_arena_create(const backend_ops* ops, void* backend, const ba
   uint8_t* base = (uint8_t*)st_align_up((uintptr_t)reserved_base, ST_MAX(alignment, granule));
   *a = (st_arena){.ops = ops, .backend = backend, .budget = budget, .alignment = alignment,
                   .granule = granule, .capacity = capacity, .base = base,
-                  .reserved_base = reserved_base, .reserved = capacity + slack, .rng = 0x2545F491u};
+                  .reserved_base = reserved_base, .reserved = capacity + slack, .rng = 0x2545F491u,
+                  .fit_candidates = 1};
   *out = a;
   return STALLOC_OK;
 }
@@ -762,6 +764,32 @@ static uint64_t start_in(const st_arena* a, const st_arena_block* b, uint64_t ne
   return high_fits ? high : start;
 }
 
+/* Granules of [start, start + need) not mapped: what placing a block there maps or moves. */
+static uint64_t unmapped_in(const st_arena* a, uint64_t start, uint64_t need) {
+  uint64_t n = 0;
+  for (size_t g = start / a->granule, last = (start + need - 1) / a->granule; g <= last; g++)
+    n += g >= a->granules || !(a->mapped[g] & MAPPED);
+  return n;
+}
+
+/* Among best fit and the next fit_candidates - 1 free blocks by size, the one whose placement
+ * needs the fewest granules mapped (the smallest of those): each granule it maps is a move on
+ * a GPU, tens of us of driver calls. */
+static st_arena_block* fewest_unmapped(st_arena* a, st_arena_block* b, uint64_t need, uint64_t align,
+                                       uint64_t stream) {
+  uint64_t best = unmapped_in(a, start_in(a, b, need, align), need);
+  st_arena_block* c = b;
+  for (unsigned i = 1; i < a->fit_candidates && best && (c = next_key(a->free_root, c)); i++) {
+    if (!usable(a, c, stream)) continue;
+    uint64_t cost = unmapped_in(a, start_in(a, c, need, align), need);
+    if (cost < best) {
+      best = cost;
+      b = c;
+    }
+  }
+  return b;
+}
+
 /* Takes a free block that holds [start, start + need) for some start that is a multiple of
  * `align` (best fit, else the top grows), splits off what lies before and after, and returns
  * it, neither mapped nor counted on its granules. *grew: the bytes the top grew by. */
@@ -775,6 +803,7 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
   st_arena_block* b = best_fit(a->free_root, need + slack);
   for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
     b = skipped < 64 ? next_key(a->free_root, b) : NULL;
+  if (b && a->fit_candidates > 1) b = fewest_unmapped(a, b, need, align, stream);
   uint64_t start = 0;
   if (b) {
     unlist(a, b);
@@ -965,6 +994,10 @@ uint64_t st_arena_idle_bytes(const st_arena* a) {
   uint64_t bytes = 0;
   for (size_t i = 0; i < a->cached_count; i++) bytes += idle_granule(a, a->cached[i]) ? a->granule : 0;
   return bytes;
+}
+
+void st_arena_set_fit_candidates(st_arena* a, unsigned candidates) {
+  a->fit_candidates = candidates ? candidates : 1;
 }
 
 uint64_t st_arena_trim(st_arena* a) {

@@ -20,6 +20,9 @@ void st_arena_destroy(st_arena* arena);
 /* A block of at least size bytes; *block is the handle for free. */
 stalloc_status_t st_arena_alloc(st_arena* arena, uint64_t size, uint64_t stream, void** ptr,
                                 st_arena_block** block);
+/* How many free blocks, by size from best fit up, a request weighs: it takes the one whose
+ * placement needs the fewest granules mapped (1, the default: best fit alone). */
+void st_arena_set_fit_candidates(st_arena* arena, unsigned candidates);
 /* Keeps the free blocks indexed by address from now on, which alloc_at needs (each free and
  * split then costs a second treap update, so only users of alloc_at ask for it). */
 void st_arena_index_addresses(st_arena* arena);

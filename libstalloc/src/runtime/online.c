@@ -653,6 +653,8 @@ void st_online_serving(st_online* on, int k) {
   if (k >= 0 && k < ST_ONLINE_KINDS && on->kinds[k].current) on->served = k;
 }
 
+bool st_online_in_pool(const st_online* on) { return on->state == STALLOC_ONLINE_POOL; }
+
 void st_online_info(const st_online* on, stalloc_online_info_t* out) {
   stalloc_online_info_t v;
   stalloc_online_info_init(&v);

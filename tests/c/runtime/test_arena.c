@@ -339,6 +339,38 @@ static void test_whole_granules_go_on_a_boundary(void) {
   teardown(&f);
 }
 
+/* With fit candidates a request weighs the free blocks from best fit up and takes the one that
+ * needs the fewest granules mapped: a hole whose granules are still mapped over an exact fit
+ * whose granules were given back. */
+static void test_fit_candidates_prefer_mapped_granules(void) {
+  for (unsigned candidates = 1; candidates <= 4; candidates += 3) {
+    fixture f;
+    setup(&f);
+    st_arena_set_fit_candidates(f.arena, candidates);
+    void *pa, *p1, *pb, *p2, *pr;
+    st_arena_block *a, *s1, *b, *s2, *r;
+    CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pa, &a)); /* [0, 4) MiB */
+    CHECK_OK(st_arena_alloc(f.arena, G, 0, &p1, &s1));    /* [4, 6) */
+    CHECK_OK(st_arena_alloc(f.arena, 3 * G, 0, &pb, &b)); /* [6, 12) */
+    CHECK_OK(st_arena_alloc(f.arena, G, 0, &p2, &s2));    /* [12, 14) */
+    st_arena_free(f.arena, a, 0);
+    CHECK(st_arena_trim(f.arena) == 2 * G); /* the exact fit's granules go back */
+    st_arena_free(f.arena, b, 0);           /* the larger hole's stay mapped */
+    uint64_t maps = f.budget.backend_allocs;
+    CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pr, &r));
+    if (candidates == 1) { /* best fit: the exact hole, two granules moved there */
+      CHECK(pr == pa && f.budget.backend_allocs - maps == 2);
+    } else { /* the mapped hole: nothing to map */
+      CHECK(pr == pb && f.budget.backend_allocs == maps);
+    }
+    CHECK(f.budget.reserved == 5 * G); /* moved or not, no granule more */
+    st_arena_free(f.arena, r, 0);
+    st_arena_free(f.arena, s1, 0);
+    st_arena_free(f.arena, s2, 0);
+    teardown(&f);
+  }
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
@@ -349,5 +381,6 @@ int main(void) {
   RUN(test_alloc_at_takes_only_free_bytes);
   RUN(test_region_free_on_a_lagging_device);
   RUN(test_whole_granules_go_on_a_boundary);
+  RUN(test_fit_candidates_prefer_mapped_granules);
   return 0;
 }
