@@ -502,17 +502,29 @@ def test_bench_online_counts_the_late_steps_maps_apart(tmp_path, capsys):
 def test_a_pool_serving_for_good_places_where_granules_are_mapped():
     # Mixtral (routing changes each step, so its plan is declined and the growable pool serves
     # the run) at 256x: once the pool serves alone, each request weighs four free blocks from
-    # best fit up and takes the one needing the fewest granules mapped. Best fit alone moved
-    # 375 granules a step in the second half of the run; now 250, for no more waste.
+    # best fit up (pool_fit_candidates) and takes the one needing the fewest granules mapped.
+    # Best fit alone moves 375 granules a step in the second half of the run; this 250, for no
+    # more waste.
     from stalloc.compare import first_steps
 
     t = scaled_trace("mixtral_plain.npz", 256)
-    r = replay(t, online=True)
-    assert r["plans"] and all(p["declined"] for p in r["plans"])
     markers = int((np.asarray(t.events)["kind"] == STEP).sum())
     half = (markers + 1) // 2
     head, _ = first_steps(t, half - 1)
-    late = (r["backend_allocs"] - replay(head, online=True)["backend_allocs"]) / (markers - half)
-    assert late < 300
-    assert r["peak_reserved"] - r["peak_allocated"] <= 7 * MiB
+    late, waste = {}, {}
+    for k in (1, 4):  # pool_fit_candidates=1: best fit alone
+        r = replay(t, online={"pool_fit_candidates": k})
+        assert r["plans"] and all(p["declined"] for p in r["plans"])
+        head_maps = replay(head, online={"pool_fit_candidates": k})["backend_allocs"]
+        late[k] = (r["backend_allocs"] - head_maps) / (markers - half)
+        waste[k] = r["peak_reserved"] - r["peak_allocated"]
+    assert late[4] < 300 < late[1]
+    assert waste[4] <= waste[1]
+    assert replay(t, online=True)["backend_allocs"] == r["backend_allocs"]  # 4 is the default
+    a = stalloc.Allocator(backend="virtual")
+    try:
+        with pytest.raises(stalloc.StallocError, match="pool_fit_candidates"):
+            a.online_start(pool_fit_candidates=0)
+    finally:
+        a.close()
 

@@ -521,6 +521,10 @@ typedef struct stalloc_online_params {
   int32_t layout_hints;       /* 1 (default): while the growable pool serves, each request goes
                                  where a plan of the step before put its position, if free
                                  (docs/online.md, "Layout hints"); 0: best fit alone */
+  uint32_t pool_fit_candidates; /* once the growable pool serves for good (shapes vary), free
+                                 blocks each request weighs, from best fit up, for the one
+                                 needing the fewest granules mapped; default 4, 1: best fit
+                                 alone (more granule moves, on a GPU tens of us each) */
 } stalloc_online_params_t;
 
 typedef enum stalloc_online_state {

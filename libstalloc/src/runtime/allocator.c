@@ -629,12 +629,6 @@ static void serve_kind(stalloc_allocator_t* a, int k) {
  * needed is used rather than declined, for a plan's region keeps its granules mapped. */
 #define CHURN_GRANULES 16
 #define CHURN_SLACK 1024
-/* Once the growable pool serves for good (shapes vary, so plans are declined: MoE routing,
- * dynamic padding), each request weighs this many free blocks from best fit up and takes the
- * one needing the fewest granules mapped: on the recorded GPU Mixtral run 40% fewer granule
- * moves a step at no more memory; earlier (before the pool serves alone) it would shape the
- * first full steps, which set the peak, and cost memory there (docs/online.md). */
-#define POOL_FIT_CANDIDATES 4
 
 /* Bytes of the growable pool's live blocks allocated since request id `first`. Lock held. */
 static uint64_t arena_live_since(const stalloc_allocator_t* a, uint64_t first) {
@@ -698,7 +692,13 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
     st_clear_error();
   }
   serve_kind(a, st_online_next_kind(a->online));
-  if (a->arena) st_arena_set_fit_candidates(a->arena, st_online_in_pool(a->online) ? POOL_FIT_CANDIDATES : 1);
+  /* Once the growable pool serves for good (shapes vary, so plans are declined: MoE routing,
+   * dynamic padding), each request weighs a few free blocks for the one needing the fewest
+   * granules mapped (on the recorded GPU Mixtral run 40% fewer moves a step, no more memory);
+   * not before: the first full steps set the peak, and there it costs memory (docs/online.md). */
+  if (a->arena)
+    st_arena_set_fit_candidates(a->arena, st_online_in_pool(a->online)
+                                              ? st_online_params(a->online)->pool_fit_candidates : 1);
   int planned = 0;
   for (int j = 0; j < ST_ONLINE_KINDS; j++) planned += a->kinds[j] != NULL;
   a->probing = a->runtime && planned >= 2;
