@@ -81,7 +81,7 @@ def cuda_unavailable_reason() -> str | None:
 
 def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = None,
            time_limit: float = 2.0, hook_optimizer: bool = True, devices=None,
-           backend: str = "cuda", patch_torch_stats: bool = True, online: bool = True) -> None:
+           backend: str = "cuda", patch_torch_stats: bool = True, online: bool | dict = True) -> None:
     """Installs libstalloc as PyTorch's CUDA allocator. Call it right after ``import torch``,
     before any CUDA tensor exists (PyTorch refuses to change allocators later).
 
@@ -94,7 +94,9 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
     online: the run's plans come from libstalloc's online lifecycle (docs/online.md), the code
     `stalloc replay --online` drives: a growable pool serves until a plan made from repeated
     steps needs less, shapes that change are served by the pool, a plan that stops fitting is
-    dropped. False: the Python session records, plans and switches once (stalloc.session).
+    dropped. False: the Python session records, plans and switches once (stalloc.session). A
+    dict: online, with these online parameters (docs/online.md), e.g.
+    ``{"pool_fit_candidates": 1}`` for best fit alone once the growable pool serves for good.
     """
     global _hook
     torch = _torch()

@@ -92,7 +92,7 @@ class PlanSession:
 
     def __init__(self, allocator, record_steps: int = 3, plan_path=None, rank: int = 0,
                  time_limit: float = 2.0, background: bool = True, save: bool = True,
-                 trace_dir=None, online: bool = False):
+                 trace_dir=None, online: bool | dict = False):
         if record_steps < 2:
             raise ValueError("record_steps must be at least 2 (the first step is warm-up)")
         self.allocator = allocator
@@ -103,7 +103,7 @@ class PlanSession:
         self.background = background
         self.save = save
         self.steps = 0
-        self.online = online
+        self.online = isinstance(online, dict) or bool(online)
         self._state = RECORDING
         self.plan: Plan | None = None
         self.plan_source = None  # "saved" (loaded at start) or "planned" (in this process)
@@ -118,9 +118,11 @@ class PlanSession:
         if self.plan_file and os.path.exists(self.plan_file) and self._load_saved():
             allocator.step(0)
             return
-        if online:
-            allocator.online_start(record_steps=record_steps, time_limit=min(time_limit, 1.0),
-                                   wait_for_plan=0 if background else 1)
+        if self.online:
+            params = dict(record_steps=record_steps, time_limit=min(time_limit, 1.0),
+                          wait_for_plan=0 if background else 1)
+            params.update(online if isinstance(online, dict) else {})  # stalloc_online_params_t fields
+            allocator.online_start(**params)
             self.plan_source = "online"
             self._saving = bool(save and self.plan_file)
             if self._saving:  # the whole recorded run, planned for the next run

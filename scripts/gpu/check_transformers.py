@@ -6,6 +6,7 @@ sample) and with an evaluation pass every 5 steps. Reports peak allocated and re
 against expandable segments', median step time, and whether the losses match step by step.
 
     python scripts/gpu/check_transformers.py [--steps 50] [--out results.json] [--record DIR]
+        [--modes stalloc ...] [--runs mixtral_plain ...] [--online-param pool_fit_candidates=1 ...]
     python scripts/gpu/check_transformers.py --device cpu --tiny --steps 3   # smoke test, PyTorch only
 """
 
@@ -38,7 +39,19 @@ def build(name: str, tiny: bool, device: str):
     return make_traces.build_model(name, s).to(device), s
 
 
-def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: bool) -> dict:
+def online_params(pairs: list[str]) -> dict:
+    """KEY=VALUE pairs (numbers) as torch_backend.enable(online=...)'s parameters."""
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--online-param wants KEY=VALUE, not {pair!r}")
+        params[key] = float(value) if "." in value else int(value)
+    return params
+
+
+def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: bool,
+          online: dict | None = None) -> dict:
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if mode == "pytorch-expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -48,7 +61,7 @@ def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: boo
     if mode == "stalloc":
         from stalloc.integrations import torch_backend
 
-        torch_backend.enable()
+        torch_backend.enable(online=online or True)
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True, warn_only=True)
     model, s = build(name, tiny, device)
@@ -112,13 +125,17 @@ def main() -> int:
                     help="allocators to run (losses are compared with the first)")
     ap.add_argument("--runs", nargs="+", default=[f"{m}_{v}" for m, v in RUNS],
                     choices=[f"{m}_{v}" for m, v in RUNS], help="MODEL_VARIANT runs to make")
+    ap.add_argument("--online-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="an online parameter for stalloc's runs (docs/online.md), e.g. "
+                         "pool_fit_candidates=1; repeatable")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    online = online_params(args.online_param)
     if args.child:
         if args.record and args.child[2] == "stalloc":  # read when the allocator is made
             os.makedirs(args.record, exist_ok=True)
             os.environ["STALLOC_RECORD_PATH"] = os.path.join(args.record, f"{args.child[0]}_{args.child[1]}.stalloc")
-        print(json.dumps(child(*args.child, args.steps, args.device, args.tiny)))
+        print(json.dumps(child(*args.child, args.steps, args.device, args.tiny, online)))
         return 0
     modes = args.modes if args.device == "cuda" else ("pytorch",)  # stalloc needs a GPU
     results, ok = [], True
@@ -129,7 +146,8 @@ def main() -> int:
         for mode in modes:
             cmd = [sys.executable, __file__, "--steps", str(args.steps), "--device", args.device,
                    "--child", name, variant, mode] + (["--tiny"] if args.tiny else []) + \
-                  (["--record", args.record] if args.record else [])
+                  (["--record", args.record] if args.record else []) + \
+                  [f"--online-param={p}" for p in args.online_param]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:
                 print(out.stderr, file=sys.stderr)

@@ -94,6 +94,23 @@ def test_session_errors_and_helpers(tmp_path):
         steady_part(stalloc.Trace())
 
 
+def test_online_session_takes_online_parameters():
+    # torch_backend.enable(online={...}) hands a dict to PlanSession: the online lifecycle starts
+    # with those parameters over the session's own (a bad value is the library's error).
+    for params in ({"pool_fit_candidates": 1}, {"pool_fit_candidates": 8, "record_steps": 4}):
+        a = stalloc.Allocator(backend="virtual")
+        s = PlanSession(a, record_steps=2, online=params)
+        assert s.online and a.online_info()["state"] == "recording"
+        s.close()
+        a.close()
+    a = stalloc.Allocator(backend="virtual")
+    with pytest.raises(stalloc.InvalidArgumentError, match="pool_fit_candidates"):
+        PlanSession(a, record_steps=2, online={"pool_fit_candidates": 0})
+    with pytest.raises(ValueError, match="unknown online parameter"):
+        PlanSession(a, record_steps=2, online={"pool_fit": 4})
+    a.close()
+
+
 def test_memory_stats_keys_and_summary(tmp_path):
     from stalloc.integrations import torch_backend
 
