@@ -29,6 +29,7 @@ route) still records traces.
 from __future__ import annotations
 
 import atexit
+import collections.abc
 import contextlib
 import ctypes
 import os
@@ -81,7 +82,8 @@ def cuda_unavailable_reason() -> str | None:
 
 def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = None,
            time_limit: float = 2.0, hook_optimizer: bool = True, devices=None,
-           backend: str = "cuda", patch_torch_stats: bool = True, online: bool | dict = True) -> None:
+           backend: str = "cuda", patch_torch_stats: bool = True,
+           online: bool | collections.abc.Mapping = True) -> None:
     """Installs libstalloc as PyTorch's CUDA allocator. Call it right after ``import torch``,
     before any CUDA tensor exists (PyTorch refuses to change allocators later).
 
@@ -105,6 +107,12 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
         raise RuntimeError(f"stalloc: {reason}")
     if _allocators:
         raise RuntimeError("stalloc: torch_backend.enable() was already called")
+    if isinstance(online, collections.abc.Mapping):  # bad parameters fail here, before PyTorch changes
+        probe = Allocator(backend="virtual")
+        try:
+            probe.online_start(**online)
+        finally:
+            probe.close()
     devices = list(range(torch.cuda.device_count())) if devices is None else list(devices)
     for d in devices:
         a = Allocator(backend=backend, device=d, memory_limit=memory_limit)

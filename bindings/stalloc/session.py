@@ -27,6 +27,7 @@ The session is framework-neutral: ``torch_backend`` calls :meth:`step` from an o
 
 from __future__ import annotations
 
+import collections.abc
 import os
 import tempfile
 import threading
@@ -92,7 +93,9 @@ class PlanSession:
 
     def __init__(self, allocator, record_steps: int = 3, plan_path=None, rank: int = 0,
                  time_limit: float = 2.0, background: bool = True, save: bool = True,
-                 trace_dir=None, online: bool | dict = False):
+                 trace_dir=None, online: bool | collections.abc.Mapping = False):
+        if isinstance(online, collections.abc.Mapping):  # online parameters: its record_steps is the session's too
+            record_steps = online.get("record_steps", record_steps)
         if record_steps < 2:
             raise ValueError("record_steps must be at least 2 (the first step is warm-up)")
         self.allocator = allocator
@@ -103,7 +106,7 @@ class PlanSession:
         self.background = background
         self.save = save
         self.steps = 0
-        self.online = isinstance(online, dict) or bool(online)
+        self.online = isinstance(online, collections.abc.Mapping) or bool(online)
         self._state = RECORDING
         self.plan: Plan | None = None
         self.plan_source = None  # "saved" (loaded at start) or "planned" (in this process)
@@ -121,7 +124,7 @@ class PlanSession:
         if self.online:
             params = dict(record_steps=record_steps, time_limit=min(time_limit, 1.0),
                           wait_for_plan=0 if background else 1)
-            params.update(online if isinstance(online, dict) else {})  # stalloc_online_params_t fields
+            params.update(online if isinstance(online, collections.abc.Mapping) else {})  # stalloc_online_params_t fields
             allocator.online_start(**params)
             self.plan_source = "online"
             self._saving = bool(save and self.plan_file)

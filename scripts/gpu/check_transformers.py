@@ -46,7 +46,10 @@ def online_params(pairs: list[str]) -> dict:
         key, sep, value = pair.partition("=")
         if not sep:
             raise SystemExit(f"--online-param wants KEY=VALUE, not {pair!r}")
-        params[key] = float(value) if "." in value else int(value)
+        try:
+            params[key] = int(value)
+        except ValueError:
+            params[key] = float(value)
     return params
 
 

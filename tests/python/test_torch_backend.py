@@ -105,7 +105,7 @@ def test_online_session_takes_online_parameters():
         a.close()
     a = stalloc.Allocator(backend="virtual")
     with pytest.raises(stalloc.InvalidArgumentError, match="pool_fit_candidates"):
-        PlanSession(a, record_steps=2, online={"pool_fit_candidates": 0})
+        PlanSession(a, record_steps=2, online={"pool_fit_candidates": 65})
     with pytest.raises(ValueError, match="unknown online parameter"):
         PlanSession(a, record_steps=2, online={"pool_fit": 4})
     a.close()

@@ -523,8 +523,10 @@ typedef struct stalloc_online_params {
                                  (docs/online.md, "Layout hints"); 0: best fit alone */
   uint32_t pool_fit_candidates; /* once the growable pool serves for good (shapes vary), free
                                  blocks each request weighs, from best fit up, for the one
-                                 needing the fewest granules mapped; default 4, 1: best fit
-                                 alone (more granule moves, on a GPU tens of us each) */
+                                 needing the fewest granules mapped; 1: best fit alone (more
+                                 granule moves, on a GPU tens of us each); 0 or default: 4.
+                                 (It lies in bytes that were padding before it came, so sizeof
+                                 and struct_size did not change: fill the struct with _init.) */
 } stalloc_online_params_t;
 
 typedef enum stalloc_online_state {

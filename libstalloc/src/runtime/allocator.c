@@ -630,15 +630,26 @@ static void serve_kind(stalloc_allocator_t* a, int k) {
 #define CHURN_GRANULES 16
 #define CHURN_SLACK 1024
 
-/* Bytes of the growable pool's live blocks allocated since request id `first`. Lock held. */
-static uint64_t arena_live_since(const stalloc_allocator_t* a, uint64_t first) {
+/* What freeing the growable pool's live blocks allocated since request id `first` would give
+ * back, at most: the granules only they hold, and no more than their bytes in whole granules
+ * (a small block alone in a granule frees it, but its successor in the plan's pool may as well
+ * need one). Lock held. */
+static uint64_t arena_held_since(const stalloc_allocator_t* a, uint64_t first) {
+  size_t n = 0;
   uint64_t bytes = 0;
+  st_arena_block** blocks = malloc((a->live.count ? a->live.count : 1) * sizeof *blocks);
+  if (!blocks) return 0; /* no host memory: assume nothing would go */
   for (size_t i = 0; i < a->live.capacity; i++) {
     if (!a->live.slots[i].key) continue;
     const live_block* r = (const live_block*)(uintptr_t)a->live.slots[i].value;
-    if (r->origin == ORIGIN_ARENA && r->id >= first) bytes += r->size;
+    if (r->origin != ORIGIN_ARENA || r->id < first || n >= a->live.count) continue;
+    blocks[n++] = r->handle;
+    bytes += r->size;
   }
-  return bytes;
+  uint64_t g = st_arena_granule(a->arena);
+  uint64_t released = ST_MIN(st_arena_released_by(a->arena, blocks, n), bytes / g * g);
+  free(blocks);
+  return released;
 }
 
 /* The online lifecycle at a step boundary: a plan ready for some kind is switched to (or
@@ -672,17 +683,17 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
     bool others = false;
     for (int j = 0; j < ST_ONLINE_KINDS; j++) others |= j != k && a->kinds[j];
     /* Under the plan the run would hold what is mapped now, less the idle granules (trimmed on
-     * the switch) and the blocks the last step left live (the plan's pool holds their
-     * successors, and they go during the next step as theirs did), plus the pool. */
+     * the switch) and the granules only the blocks the last step left live hold (the plan's
+     * pool holds their successors, and they go during the next step as theirs did), plus the
+     * pool. */
     uint64_t g = a->arena ? st_arena_granule(a->arena) : 1; /* in the arena's granules */
     uint64_t kept = a->budget.reserved - idle;
-    uint64_t carried = a->arena ? ST_MIN(arena_live_since(a, a->step_first_id) / g * g, kept) : 0;
+    uint64_t carried = a->arena ? ST_MIN(arena_held_since(a, a->step_first_id), kept) : 0;
     uint64_t need = kept - carried + st_align_up(plan->pool_size, g);
     /* A growable pool that moved granules in the last step pays the driver calls of each move
      * (tens of us on a GPU) every step, where a plan's region holds its granules: then a plan
-     * that needs a little more memory is used all the same. (Counters reset: no moves.) */
-    uint64_t moved = a->budget.backend_allocs >= a->step_backend_allocs
-                         ? a->budget.backend_allocs - a->step_backend_allocs : 0;
+     * that needs a little more memory is used all the same. */
+    uint64_t moved = a->arena ? st_arena_maps(a->arena) - a->step_arena_maps : 0;
     uint64_t slack = a->arena && moved >= CHURN_GRANULES ? ST_MAX(g, a->budget.peak_reserved / CHURN_SLACK) : 0;
     bool declined = (a->arena || others) && need > a->budget.peak_reserved + slack;
     if (declined && a->arena && !drop_plans(a)) declined = false; /* no memory to drop them */
@@ -736,7 +747,7 @@ stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t s
   st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
   if (a->online) online_step(a, step);
   a->step_first_id = a->next_id;
-  a->step_backend_allocs = a->budget.backend_allocs;
+  if (a->arena) a->step_arena_maps = st_arena_maps(a->arena);
   if (a->hints) hints_step(a);
   if (a->runtime) st_runtime_step(a->runtime);
   UNLOCK(a);

@@ -75,7 +75,7 @@ struct stalloc_allocator {
   uint64_t step_hit_bytes, step_miss_bytes; /* hit and missed bytes at the last marker */
   uint64_t step_allocs_at;          /* allocs_seen at the last marker */
   uint64_t step_first_id;           /* next_id at the last marker */
-  uint64_t step_backend_allocs;     /* budget.backend_allocs at the last marker */
+  uint64_t step_arena_maps;         /* st_arena_maps at the last marker */
   st_runtime* kinds[ST_ONLINE_KINDS]; /* one plan per kind of step (a loaded plan: kinds[0]) */
   uint64_t probe[KIND_PROBE];       /* the first request sizes of the step under way, while */
   uint32_t probe_count;             /* several kinds have plans and it is not yet told apart */

@@ -69,6 +69,7 @@ struct st_arena {
                                    wanted (st_arena_index_addresses) */
   bool by_address;
   unsigned fit_candidates;      /* free blocks weighed per request (1: best fit alone) */
+  uint64_t maps;                /* granules mapped at an address so far: new, moved or aliased */
   st_arena_block* spares;
   uint64_t clock;               /* stamps frees */
   stream_state* streams;        /* streams blocks were freed on */
@@ -374,18 +375,26 @@ static bool granule_unused(st_arena* a, size_t g) {
 static bool wait_granule(st_arena* a, size_t g) {
   if (granule_unused(a, g)) return true;
   if (!a->ops->event_wait) return false;
+  /* Each wait is on an event not waited for yet: one that a wait leaves unfinished (a failed
+   * context) ends the loop, and the caller unmaps with the backend's own wait instead. */
   if (a->gstamp[g] == MIXED) {
     bool all = true;
     for (size_t i = 0, upto = a->clock; i < a->stream_count; i++) {
       stream_state* s = &a->streams[i];
-      while (!stream_reached(a, s, upto) && s->event) a->ops->event_wait(a->backend, s->event);
+      for (void* waited = NULL; !stream_reached(a, s, upto) && s->event && s->event != waited;) {
+        waited = s->event;
+        a->ops->event_wait(a->backend, s->event);
+      }
       all &= stream_reached(a, s, upto);
     }
     if (all) a->gstamp[g] = 0;
     return all;
   }
   stream_state* s = stream_find(a, a->gstream[g]);
-  while (s && !granule_unused(a, g) && s->event) a->ops->event_wait(a->backend, s->event);
+  for (void* waited = NULL; s && !granule_unused(a, g) && s->event && s->event != waited;) {
+    waited = s->event;
+    a->ops->event_wait(a->backend, s->event);
+  }
   return granule_unused(a, g);
 }
 
@@ -463,6 +472,7 @@ static bool alias_granule(st_arena* a, size_t c, size_t g) {
   }
   set_flags(a, c, ALIASED);
   set_flags(a, g, MAPPED | SHARED);
+  a->maps++;
   a->gstream[g] = a->gstream[c]; /* the memory's queued work, now g's too */
   a->gstamp[g] = a->gstamp[c];
   return true;
@@ -500,6 +510,7 @@ static bool move_granule(st_arena* a, size_t c, size_t g) {
   set_flags(a, c, 0);
   a->gstamp[c] = 0;
   set_flags(a, g, MAPPED);
+  a->maps++;
   return true;
 }
 
@@ -544,6 +555,7 @@ static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size,
       }
       set_flags(a, g, MAPPED);
       st_budget_add(a->budget, a->granule);
+      a->maps++;
     }
     a->refs[g]++;
   }
@@ -993,6 +1005,22 @@ void st_arena_free(st_arena* a, st_arena_block* b, uint64_t stream) {
 uint64_t st_arena_idle_bytes(const st_arena* a) {
   uint64_t bytes = 0;
   for (size_t i = 0; i < a->cached_count; i++) bytes += idle_granule(a, a->cached[i]) ? a->granule : 0;
+  return bytes;
+}
+
+uint64_t st_arena_maps(const st_arena* a) { return a->maps; }
+
+uint64_t st_arena_released_by(const st_arena* a, st_arena_block* const* blocks, size_t n) {
+  uint32_t* touches = calloc(a->granules ? a->granules : 1, sizeof *touches);
+  if (!touches) return 0; /* no host memory: assume nothing would go */
+  for (size_t i = 0; i < n; i++)
+    for (size_t g = blocks[i]->start / a->granule, e = (blocks[i]->start + blocks[i]->size - 1) / a->granule;
+         g <= e && g < a->granules; g++)
+      touches[g]++;
+  uint64_t bytes = 0;
+  for (size_t g = 0; g < a->granules; g++)
+    bytes += touches[g] && touches[g] == a->refs[g] ? a->granule : 0;
+  free(touches);
   return bytes;
 }
 

@@ -78,6 +78,12 @@ uint64_t st_arena_granule(const st_arena* arena);
 size_t st_arena_cached_entries(const st_arena* arena);
 /* Unmaps every granule that holds no live byte; gives the bytes returned. */
 uint64_t st_arena_trim(st_arena* arena);
+/* Granules mapped at an address so far, new, moved or aliased (a move is a cuMemUnmap,
+ * cuMemMap and cuMemSetAccess on a GPU); never reset. */
+uint64_t st_arena_maps(const st_arena* arena);
+/* The bytes of the granules that no live block would touch once the live `blocks` were freed
+ * (those they share with other live blocks stay). */
+uint64_t st_arena_released_by(const st_arena* arena, st_arena_block* const* blocks, size_t n);
 /* The bytes st_arena_trim would return now, unmapping nothing. */
 uint64_t st_arena_idle_bytes(const st_arena* arena);
 

@@ -133,8 +133,9 @@ stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: record_steps must be at least 2 (the first is warm-up), replan_steps and replan_after at least 1");
   if (!(p.time_limit >= 0 && p.time_limit <= 3600) || !(p.replan_miss_share >= 0 && p.replan_miss_share <= 1))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: time_limit must be in [0, 3600] s and replan_miss_share in [0, 1]");
-  if (p.pool_fit_candidates < 1 || p.pool_fit_candidates > 64)
-    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: pool_fit_candidates must be in [1, 64] (1: best fit alone)");
+  if (!p.pool_fit_candidates) p.pool_fit_candidates = 4; /* zeroed, as a struct filled by memset is */
+  if (p.pool_fit_candidates > 64)
+    return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: pool_fit_candidates must be in [1, 64] (1: best fit alone; 0: the default, 4)");
   st_online* on = calloc(1, sizeof *on);
   if (!on) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "online_start: no host memory");
   on->p = p;
