@@ -518,6 +518,45 @@ static void case_arena_trim_waits_once(void) {
   check_all_returned();
 }
 
+/* The online lifecycle on the CUDA backend, where the pool moves a cached granule to where it is
+ * needed (cuMemRetainAllocationHandle, cuMemUnmap, cuMemMap) rather than mapping a new one: those
+ * moves count as the churn that lets a plan a granule larger than the run has needed be used
+ * (they make no cuMemCreate, so counting backend allocations saw none, and the plan was
+ * declined). Each step: eight 6 MiB activations, a 1 MiB gradient kept to the next step, then a
+ * 64 MiB block where the activations were. */
+static void case_online_counts_moves_as_churn(void) {
+  stalloc_allocator_t* a = make_growable();
+  mock_set_capacity(1ull << 30);
+  void* A = (void*)0x1000;
+  stalloc_online_params_t params;
+  stalloc_online_params_init(&params);
+  params.wait_for_plan = 1;
+  CHECK_OK(stalloc_allocator_online_start(a, &params));
+  void *weights, *grad = NULL, *acts[8], *big;
+  CHECK_OK(stalloc_allocator_alloc(a, 16 * MiB, 0, (uintptr_t)A, &weights));
+  long long retains = 0, retains_late = 0;
+  for (uint64_t n = 1; n <= 12; n++) {
+    CHECK_OK(stalloc_allocator_step_begin(a, n));
+    if (n == 9) retains = mock_stat("retains");
+    if (grad) CHECK_OK(stalloc_allocator_free_sized(a, grad, 1 * MiB, 0, (uintptr_t)A));
+    for (int i = 0; i < 8; i++) CHECK_OK(stalloc_allocator_alloc(a, 6 * MiB, 0, (uintptr_t)A, &acts[i]));
+    CHECK_OK(stalloc_allocator_alloc(a, 1 * MiB, 0, (uintptr_t)A, &grad));
+    for (int i = 0; i < 8; i++) CHECK_OK(stalloc_allocator_free_sized(a, acts[i], 6 * MiB, 0, (uintptr_t)A));
+    CHECK_OK(stalloc_allocator_alloc(a, 64 * MiB, 0, (uintptr_t)A, &big));
+    CHECK_OK(stalloc_allocator_free_sized(a, big, 64 * MiB, 0, (uintptr_t)A));
+  }
+  retains_late = mock_stat("retains") - retains;
+  stalloc_online_plan_record_t rec[4];
+  size_t count = 0;
+  CHECK_OK(stalloc_allocator_online_plans(a, rec, 4, &count));
+  CHECK(count >= 1 && rec[0].switched_step == 5 && !rec[0].declined);
+  CHECK(retains_late == 0); /* the plan serves: no granule moves in the last steps */
+  CHECK_OK(stalloc_allocator_free_sized(a, grad, 1 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_free_sized(a, weights, 16 * MiB, 0, (uintptr_t)A));
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
 /* Granules moved one by one into a block get the device's access in one cuMemSetAccess per run;
  * if that grant fails, the block is refused, the granules it mapped go back, and the pool is
  * whole again for the next request. */
@@ -961,6 +1000,7 @@ int main(void) {
   CASE(case_arena_moves_granules);
   CASE(case_arena_grants_runs);
   CASE(case_arena_trim_waits_once);
+  CASE(case_online_counts_moves_as_churn);
   CASE(case_device_memory);
   CASE(case_event_errors);
   CASE(case_threads_and_devices);
