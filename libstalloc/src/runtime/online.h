@@ -45,7 +45,7 @@ const struct stalloc_plan* st_online_step(st_online* on, const stalloc_event_t* 
  * because it would not lower the memory reserved. */
 void st_online_switched(st_online* on, stalloc_status_t status, bool declined, uint64_t pool_size);
 
-/* The growable pool serves for good (a plan was declined or dropped: shapes vary). */
+/* The growable pool serves for good (a plan was declined, or dropped after a drift). */
 bool st_online_in_pool(const st_online* on);
 
 /* After each boundary: the kind whose plan serves the next step (predicted from the kinds seen
