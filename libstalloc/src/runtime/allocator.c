@@ -704,9 +704,10 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   }
   serve_kind(a, st_online_next_kind(a->online));
   /* Once the growable pool serves for good (its plans declined or dropped: shapes that vary, as
-   * with MoE routing or dynamic padding, or a pool that needs less), each request weighs a few free blocks for the one needing the fewest
-   * granules mapped (on the recorded GPU Mixtral run 40% fewer moves a step, no more memory);
-   * not before: the first full steps set the peak, and there it costs memory (docs/online.md). */
+   * with MoE routing or dynamic padding, or a pool that needs less), each request weighs a few
+   * free blocks for the one needing the fewest granules mapped (on the recorded GPU Mixtral run
+   * 40% fewer moves a step, no more memory); not before: the first full steps set the peak,
+   * and there it costs memory (docs/online.md). */
   if (a->arena)
     st_arena_set_fit_candidates(a->arena, st_online_in_pool(a->online)
                                               ? st_online_params(a->online)->pool_fit_candidates : 1);
