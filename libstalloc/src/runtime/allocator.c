@@ -711,6 +711,8 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   if (a->arena)
     st_arena_set_fit_candidates(a->arena, st_online_in_pool(a->online)
                                               ? st_online_params(a->online)->pool_fit_candidates : 1);
+  a->step_first_id = a->next_id; /* for the next boundary's decision, as step_allocs_at */
+  if (a->arena) a->step_arena_maps = st_arena_maps(a->arena);
   int planned = 0;
   for (int j = 0; j < ST_ONLINE_KINDS; j++) planned += a->kinds[j] != NULL;
   a->probing = a->runtime && planned >= 2;
@@ -747,8 +749,6 @@ stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t s
   a->stats.steps++;
   st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
   if (a->online) online_step(a, step);
-  a->step_first_id = a->next_id;
-  if (a->arena) a->step_arena_maps = st_arena_maps(a->arena);
   if (a->hints) hints_step(a);
   if (a->runtime) st_runtime_step(a->runtime);
   UNLOCK(a);

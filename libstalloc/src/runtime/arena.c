@@ -420,12 +420,12 @@ static size_t drop_cached(st_arena* a, size_t i) {
   return g;
 }
 
-/* A cached granule (mapped, no live block) to give back, or SIZE_MAX. */
 /* Whether granule g is mapped with no live block and no alias role: one trim would unmap. */
 static bool idle_granule(const st_arena* a, size_t g) {
   return (a->mapped[g] & ~(SHARED | LISTED)) == MAPPED && !a->refs[g];
 }
 
+/* A cached granule (mapped, no live block) to give back, or SIZE_MAX. */
 static size_t pop_cached(st_arena* a) {
   while (a->cached_count) {
     size_t g = drop_cached(a, a->cached_count - 1);

@@ -534,7 +534,7 @@ static void case_online_counts_moves_as_churn(void) {
   CHECK_OK(stalloc_allocator_online_start(a, &params));
   void *weights, *grad = NULL, *acts[8], *big;
   CHECK_OK(stalloc_allocator_alloc(a, 16 * MiB, 0, (uintptr_t)A, &weights));
-  long long retains = 0, retains_late = 0;
+  long long retains = 0;
   for (uint64_t n = 1; n <= 12; n++) {
     CHECK_OK(stalloc_allocator_step_begin(a, n));
     if (n == 9) retains = mock_stat("retains");
@@ -545,7 +545,7 @@ static void case_online_counts_moves_as_churn(void) {
     CHECK_OK(stalloc_allocator_alloc(a, 64 * MiB, 0, (uintptr_t)A, &big));
     CHECK_OK(stalloc_allocator_free_sized(a, big, 64 * MiB, 0, (uintptr_t)A));
   }
-  retains_late = mock_stat("retains") - retains;
+  long long retains_late = mock_stat("retains") - retains;
   stalloc_online_plan_record_t rec[4];
   size_t count = 0;
   CHECK_OK(stalloc_allocator_online_plans(a, rec, 4, &count));
