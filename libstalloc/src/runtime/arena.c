@@ -514,9 +514,10 @@ static bool move_granule(st_arena* a, size_t c, size_t g) {
   return true;
 }
 
-/* Counts the block on its granules, mapping those not mapped, each after giving back a cached
- * granule that no queued work touches, or (at the peak) aliasing one whose queued work is the
- * requesting stream's: reserved memory grows only when neither is. The host waits for the
+/* Counts the block on its granules, mapping those not mapped: below the peak reserved so far
+ * as new granules, at the peak each in place of a cached granule that no queued work touches,
+ * or aliasing one whose queued work is the requesting stream's: the peak grows only when
+ * neither is. The host waits for the
  * device here only when memory is short or an aliased address is needed before its work is
  * done (that stream's work, not the device's). */
 static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size, uint64_t stream) {
@@ -524,13 +525,16 @@ static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size,
   for (size_t g = first; g <= last; g++) {
     if (a->mapped[g] == ALIASED) unmap_alias(a, g);
     if (a->mapped[g] & SHARED) settle_shared(a, g, stream);
-    size_t c = a->mapped[g] ? SIZE_MAX : pop_unused(a);
+    /* Below the peak a new granule costs no peak memory, and an alias may cost a wait later.
+     * Nor is a cached granule moved there: it stays mapped where it is for a later block (after
+     * a trim, as a plan's switch makes, the pool regrows to its peak without moving each
+     * granule twice). */
+    bool at_peak = a->budget->reserved + a->granule > a->budget->peak_reserved;
+    size_t c = a->mapped[g] || !at_peak ? SIZE_MAX : pop_unused(a);
     if (c != SIZE_MAX && !move_granule(a, c, g)) {
       unmap_granule(a, c, true);
       st_clear_error(); /* a failed move may have unmapped it already */
     }
-    /* Below the peak a new granule costs no peak memory, and an alias may cost a wait later. */
-    bool at_peak = a->budget->reserved + a->granule > a->budget->peak_reserved;
     if (c == SIZE_MAX && !a->mapped[g] && at_peak && (c = pop_same_stream(a, stream)) != SIZE_MAX &&
         !alias_granule(a, c, g))
       list_cached(a, c); /* back on the list, as it was */

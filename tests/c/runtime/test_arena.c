@@ -356,6 +356,7 @@ static void test_fit_candidates_prefer_mapped_granules(void) {
     st_arena_free(f.arena, a, 0);
     CHECK(st_arena_trim(f.arena) == 2 * G); /* the exact fit's granules go back */
     st_arena_free(f.arena, b, 0);           /* the larger hole's stay mapped */
+    f.budget.peak_reserved = f.budget.reserved; /* at the peak: a granule needed is moved */
     uint64_t maps = f.budget.backend_allocs;
     CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pr, &r));
     if (candidates == 1) { /* best fit: the exact hole, two granules moved there */
@@ -371,6 +372,36 @@ static void test_fit_candidates_prefer_mapped_granules(void) {
   }
 }
 
+/* Below the peak reserved so far a granule a block needs is mapped new, and a cached one stays
+ * where it is for a later block, rather than moving there and being mapped again later (after a
+ * trim the pool regrows to its peak, as after a plan's switch); at the peak it moves. */
+static void test_below_the_peak_cached_granules_stay(void) {
+  fixture f;
+  setup(&f);
+  void *p, *px, *py, *pw, *pv, *pu;
+  st_arena_block *b, *x, *y, *w, *v, *u;
+  CHECK_OK(st_arena_alloc(f.arena, 4 * G, 0, &p, &b)); /* the peak: four granules */
+  st_arena_free(f.arena, b, 0);
+  CHECK(st_arena_trim(f.arena) == 4 * G && f.budget.reserved == 0 && f.budget.peak_reserved == 4 * G);
+  uint64_t maps = f.budget.backend_allocs;
+  CHECK_OK(st_arena_alloc(f.arena, G, 0, &px, &x)); /* granule 0 */
+  CHECK_OK(st_arena_alloc(f.arena, G, 0, &py, &y)); /* granule 1 */
+  st_arena_free(f.arena, x, 0);                     /* granule 0 cached */
+  CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pw, &w)); /* granules 2, 3: two new ones */
+  CHECK(pw == (uint8_t*)py + G && f.budget.reserved == 4 * G && f.budget.backend_allocs - maps == 4);
+  CHECK_OK(st_arena_alloc(f.arena, G, 0, &pv, &v)); /* granule 0, still mapped: nothing to map */
+  CHECK(pv == px && f.budget.backend_allocs - maps == 4 && f.budget.reserved == 4 * G);
+  st_arena_free(f.arena, v, 0);                     /* granule 0 cached again */
+  /* granules 4, 5: at the peak, so granule 4 takes cached granule 0's place, and 5 is new */
+  CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pu, &u));
+  CHECK(pu == (uint8_t*)pw + 2 * G && f.budget.reserved == 5 * G && f.budget.peak_reserved == 5 * G);
+  CHECK(f.budget.backend_allocs - maps == 6 && st_arena_idle_bytes(f.arena) == 0);
+  st_arena_free(f.arena, y, 0);
+  st_arena_free(f.arena, w, 0);
+  st_arena_free(f.arena, u, 0);
+  teardown(&f);
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
@@ -382,5 +413,6 @@ int main(void) {
   RUN(test_region_free_on_a_lagging_device);
   RUN(test_whole_granules_go_on_a_boundary);
   RUN(test_fit_candidates_prefer_mapped_granules);
+  RUN(test_below_the_peak_cached_granules_stay);
   return 0;
 }
