@@ -6,9 +6,11 @@
  * free block fits extends the top. Physical memory is mapped per granule (the backend's
  * map_granularity: 2 MiB on CUDA, and in the virtual backend, which models it): each granule
  * counts the live blocks touching it. A granule whose count drops to zero stays mapped (cached)
- * until a granule elsewhere needs mapping: then one cached granule is unmapped first, so
- * reserved memory grows only when every mapped granule holds live bytes. Unlike PyTorch's
- * expandable segments, a hole in the middle of the range gives its whole granules back.
+ * until a granule elsewhere needs mapping at the peak reserved so far: then the highest cached
+ * granule moves there, so the peak grows only when every mapped granule holds live bytes.
+ * Best fit fills holes from the smallest up and the top grows only when nothing fits, so the
+ * highest idle granules are the ones blocks come back to last. Unlike PyTorch's expandable
+ * segments, a hole in the middle of the range gives its whole granules back.
  *
  * Streams: a block is free the moment it is freed, for the stream it was freed on (that
  * stream's later work is ordered after its last use), as in PyTorch's allocator; waiting for
@@ -80,8 +82,8 @@ struct st_arena {
   uint8_t* mapped;               /* MAPPED, and LISTED while in `cached` (set through set_flags) */
   size_t shared;                 /* granules flagged SHARED */
   size_t granules;              /* entries of refs / mapped */
-  uint32_t* cached;             /* granules mapped with no live block (stale entries: taken again
-                                   since; each granule listed at most once) */
+  uint32_t* cached;             /* granules mapped with no live block, a max-heap by index (stale
+                                   entries: taken again since; each granule listed at most once) */
   size_t cached_count, cached_cap;
   uint32_t rng;
 };
@@ -412,10 +414,31 @@ static void settle_shared(st_arena* a, size_t g, uint64_t stream) {
   if (granule_unused(a, g)) set_flags(a, g, a->mapped[g] & (uint8_t)~SHARED);
 }
 
+/* The cached list is a max-heap by granule index: the highest granule first. */
+static void cached_sift_up(st_arena* a, size_t i) {
+  uint32_t g = a->cached[i];
+  for (; i && a->cached[(i - 1) / 2] < g; i = (i - 1) / 2) a->cached[i] = a->cached[(i - 1) / 2];
+  a->cached[i] = g;
+}
+
+static void cached_sift_down(st_arena* a, size_t i) {
+  uint32_t g = a->cached[i];
+  for (size_t c; (c = 2 * i + 1) < a->cached_count; i = c) {
+    if (c + 1 < a->cached_count && a->cached[c + 1] > a->cached[c]) c++;
+    if (a->cached[c] <= g) break;
+    a->cached[i] = a->cached[c];
+  }
+  a->cached[i] = g;
+}
+
 /* Takes entry i off the cached list. */
 static size_t drop_cached(st_arena* a, size_t i) {
   size_t g = a->cached[i];
   a->cached[i] = a->cached[--a->cached_count];
+  if (i < a->cached_count) {
+    cached_sift_down(a, i);
+    cached_sift_up(a, i);
+  }
   set_flags(a, g, a->mapped[g] & (uint8_t)~LISTED);
   return g;
 }
@@ -428,14 +451,14 @@ static bool idle_granule(const st_arena* a, size_t g) {
 /* A cached granule (mapped, no live block) to give back, or SIZE_MAX. */
 static size_t pop_cached(st_arena* a) {
   while (a->cached_count) {
-    size_t g = drop_cached(a, a->cached_count - 1);
+    size_t g = drop_cached(a, 0);
     if (idle_granule(a, g)) return g;
   }
   return SIZE_MAX;
 }
 
-/* A cached granule no queued work touches, or SIZE_MAX: the oldest few are asked, and entries
- * taken again since they were listed are dropped on the way. */
+/* A cached granule no queued work touches, or SIZE_MAX: the highest few are asked (the heap's
+ * first entries), and entries taken again since they were listed are dropped on the way. */
 static size_t pop_unused(st_arena* a) {
   for (size_t i = 0, asked = 0; i < a->cached_count && asked < 16;) {
     size_t g = a->cached[i];
@@ -451,7 +474,7 @@ static size_t pop_unused(st_arena* a) {
 }
 
 /* A cached granule whose queued work is all `stream`'s (so that stream's later work may use its
- * memory at once), or SIZE_MAX; the oldest few are looked at. */
+ * memory at once), or SIZE_MAX; the highest few are looked at. */
 static size_t pop_same_stream(st_arena* a, uint64_t stream) {
   if (!a->ops->alias || stream == ANY_STREAM) return SIZE_MAX;
   for (size_t i = 0, looked = 0; i < a->cached_count && looked < 16; i++) {
@@ -487,6 +510,7 @@ static void list_cached(st_arena* a, size_t g) {
   }
   a->cached = c;
   a->cached[a->cached_count++] = (uint32_t)g;
+  cached_sift_up(a, a->cached_count - 1);
   set_flags(a, g, a->mapped[g] | LISTED);
 }
 
