@@ -1,8 +1,8 @@
 /* test_arena.c - the growable pool on the virtual backend (2 MiB granules): granules mapped as
- * blocks touch them and given back before new ones are mapped, a plan's pool as a region of
- * it that costs only the granules its live blocks touch, slab chunks in it, and the list of
- * cached granules staying bounded over a long run, and blocks of whole granules on granule
- * boundaries. */
+ * blocks touch them and, at the peak, given back (the highest first) before new ones are
+ * mapped, a plan's pool as a region of it that costs only the granules its live blocks touch,
+ * slab chunks in it, the list of cached granules staying bounded over a long run, and blocks
+ * of whole granules on granule boundaries. */
 #include "check.h"
 #include "backends/virtual.h"
 #include "runtime/arena.h"
@@ -403,6 +403,33 @@ static void test_below_the_peak_cached_granules_stay(void) {
   teardown(&f);
 }
 
+/* At the peak the highest idle granule is the one moved: best fit comes back last to the top of
+ * the range. Granules 0 and 3 idle (0 freed first), a block growing the top over idle granule 5
+ * needs granule 6: granule 3 moves there, and granule 0 stays mapped for the next block. */
+static void test_the_highest_idle_granule_moves_first(void) {
+  fixture f;
+  setup(&f);
+  st_arena_index_addresses(f.arena);
+  void* p[6];
+  st_arena_block* b[6];
+  for (int i = 0; i < 6; i++) CHECK_OK(st_arena_alloc(f.arena, G, 0, &p[i], &b[i]));
+  st_arena_free(f.arena, b[0], 0);
+  st_arena_free(f.arena, b[3], 0);
+  st_arena_free(f.arena, b[5], 0);
+  uint64_t maps = f.budget.backend_allocs;
+  void *pw, *pv;
+  st_arena_block *w, *v;
+  CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pw, &w)); /* granules 5, 6 */
+  CHECK(pw == p[5] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
+  CHECK(st_arena_alloc_at(f.arena, 0, G, 0, &pv, &v)); /* granule 0: still mapped */
+  CHECK(pv == p[0] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
+  st_arena_free(f.arena, v, 0);
+  st_arena_free(f.arena, w, 0);
+  for (int i = 1; i < 5; i++)
+    if (i != 3) st_arena_free(f.arena, b[i], 0);
+  teardown(&f);
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
@@ -415,5 +442,6 @@ int main(void) {
   RUN(test_whole_granules_go_on_a_boundary);
   RUN(test_fit_candidates_prefer_mapped_granules);
   RUN(test_below_the_peak_cached_granules_stay);
+  RUN(test_the_highest_idle_granule_moves_first);
   return 0;
 }
