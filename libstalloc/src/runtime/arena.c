@@ -541,9 +541,8 @@ static bool move_granule(st_arena* a, size_t c, size_t g) {
 /* Counts the block on its granules, mapping those not mapped: below the peak reserved so far
  * as new granules, at the peak each in place of a cached granule that no queued work touches,
  * or aliasing one whose queued work is the requesting stream's: the peak grows only when
- * neither is. The host waits for the
- * device here only when memory is short or an aliased address is needed before its work is
- * done (that stream's work, not the device's). */
+ * neither is. The host waits for the device here only when memory is short or an aliased
+ * address is needed before its work is done (that stream's work, not the device's). */
 static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size, uint64_t stream) {
   size_t first = start / a->granule, last = (start + size - 1) / a->granule;
   for (size_t g = first; g <= last; g++) {
