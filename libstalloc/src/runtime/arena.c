@@ -431,6 +431,15 @@ static void cached_sift_down(st_arena* a, size_t i) {
   a->cached[i] = g;
 }
 
+/* Drops the entries of unmapped granules (their LISTED flag went with the unmapping). */
+static void forget_unmapped(st_arena* a) {
+  size_t n = 0;
+  for (size_t i = 0; i < a->cached_count; i++)
+    if (a->mapped[a->cached[i]] & MAPPED) a->cached[n++] = a->cached[i];
+  a->cached_count = n;
+  for (size_t i = n / 2; i-- > 0;) cached_sift_down(a, i);
+}
+
 /* Takes entry i off the cached list. */
 static size_t drop_cached(st_arena* a, size_t i) {
   size_t g = a->cached[i];
@@ -457,33 +466,40 @@ static size_t pop_cached(st_arena* a) {
   return SIZE_MAX;
 }
 
-/* A cached granule no queued work touches, or SIZE_MAX: the highest few are asked (the heap's
- * first entries), and entries taken again since they were listed are dropped on the way. */
+/* Whether cached entry g is stale: unmapped or taken again since it was listed. */
+static bool stale_entry(const st_arena* a, size_t g) { return !(a->mapped[g] & MAPPED) || a->refs[g]; }
+
+/* A cached granule no queued work touches, or SIZE_MAX: stale entries at the top are dropped,
+ * then the heap's first few entries asked, the highest of those whose work is done taken (the
+ * top itself on a synchronous device). Stale entries further down stay until they reach the
+ * top: dropping one there reshapes the heap under the scan. */
 static size_t pop_unused(st_arena* a) {
-  for (size_t i = 0, asked = 0; i < a->cached_count && asked < 16;) {
+  while (a->cached_count && stale_entry(a, a->cached[0])) drop_cached(a, 0);
+  size_t best = SIZE_MAX;
+  for (size_t i = 0, asked = 0; i < a->cached_count && i < 64 && asked < 16; i++) {
     size_t g = a->cached[i];
-    if (!(a->mapped[g] & MAPPED) || a->refs[g]) {
-      drop_cached(a, i);
-      continue;
-    }
+    if (stale_entry(a, g) || (best != SIZE_MAX && g < a->cached[best])) continue;
     asked++;
-    if (granule_unused(a, g)) return drop_cached(a, i);
-    i++;
+    if (granule_unused(a, g)) {
+      best = i;
+      if (i == 0) break;
+    }
   }
-  return SIZE_MAX;
+  return best == SIZE_MAX ? SIZE_MAX : drop_cached(a, best);
 }
 
 /* A cached granule whose queued work is all `stream`'s (so that stream's later work may use its
  * memory at once), or SIZE_MAX; the highest few are looked at. */
 static size_t pop_same_stream(st_arena* a, uint64_t stream) {
   if (!a->ops->alias || stream == ANY_STREAM) return SIZE_MAX;
+  size_t best = SIZE_MAX;
   for (size_t i = 0, looked = 0; i < a->cached_count && looked < 16; i++) {
     size_t g = a->cached[i];
-    if (!(a->mapped[g] & MAPPED) || a->refs[g]) continue; /* stale: pop_unused drops it */
+    if (stale_entry(a, g)) continue; /* pop_unused drops it */
     looked++;
-    if (a->gstamp[g] != MIXED && a->gstream[g] == stream) return drop_cached(a, i);
+    if (a->gstamp[g] != MIXED && a->gstream[g] == stream && (best == SIZE_MAX || g > a->cached[best])) best = i;
   }
-  return SIZE_MAX;
+  return best == SIZE_MAX ? SIZE_MAX : drop_cached(a, best);
 }
 
 /* Maps cached granule c's memory at granule g too, leaving c's address aliased until its queued
@@ -538,6 +554,18 @@ static bool move_granule(st_arena* a, size_t c, size_t g) {
   return true;
 }
 
+/* Takes a cached granule no queued work touches for granule g: its memory moves there, or,
+ * where the move fails, it is unmapped (its memory is then free for a new granule). Returns it,
+ * or SIZE_MAX for none. */
+static size_t take_unused(st_arena* a, size_t g) {
+  size_t c = pop_unused(a);
+  if (c != SIZE_MAX && !move_granule(a, c, g)) {
+    unmap_granule(a, c, true);
+    st_clear_error(); /* a failed move may have unmapped it already */
+  }
+  return c;
+}
+
 /* Counts the block on its granules, mapping those not mapped: below the peak reserved so far
  * as new granules, at the peak each in place of a cached granule that no queued work touches,
  * or aliasing one whose queued work is the requesting stream's: the peak grows only when
@@ -551,13 +579,11 @@ static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size,
     /* Below the peak a new granule costs no peak memory, and an alias may cost a wait later.
      * Nor is a cached granule moved there: it stays mapped where it is for a later block (after
      * a trim, as a plan's switch makes, the pool regrows to its peak without moving each
-     * granule twice). */
-    bool at_peak = a->budget->reserved + a->granule > a->budget->peak_reserved;
-    size_t c = a->mapped[g] || !at_peak ? SIZE_MAX : pop_unused(a);
-    if (c != SIZE_MAX && !move_granule(a, c, g)) {
-      unmap_granule(a, c, true);
-      st_clear_error(); /* a failed move may have unmapped it already */
-    }
+     * granule twice). A memory limit under the peak counts as the peak. */
+    bool at_peak = a->budget->reserved + a->granule > a->budget->peak_reserved ||
+                   !st_budget_allows(a->budget, a->granule);
+    size_t c = !a->mapped[g] && at_peak ? take_unused(a, g) : SIZE_MAX;
+    bool moved = c != SIZE_MAX && (a->mapped[g] & MAPPED);
     if (c == SIZE_MAX && !a->mapped[g] && at_peak && (c = pop_same_stream(a, stream)) != SIZE_MAX &&
         !alias_granule(a, c, g))
       list_cached(a, c); /* back on the list, as it was */
@@ -571,6 +597,13 @@ static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size,
                     (unsigned long long)a->budget->reserved);
       else
         s = a->ops->map(a->backend, a->base + g * a->granule, a->granule);
+      /* below the peak the device may be full all the same (other processes): as at the peak,
+       * an unused cached granule moves here before any that needs waiting for */
+      if (s == STALLOC_ERR_OUT_OF_MEMORY && !at_peak && (c = take_unused(a, g)) != SIZE_MAX) {
+        st_clear_error();
+        moved = a->mapped[g] & MAPPED;
+        s = moved ? STALLOC_OK : a->ops->map(a->backend, a->base + g * a->granule, a->granule);
+      }
       while (s == STALLOC_ERR_OUT_OF_MEMORY && (c = pop_cached(a)) != SIZE_MAX) {
         unmap_granule(a, c, false); /* the device is full: wait, and take a cached one's place */
         st_clear_error();
@@ -580,9 +613,11 @@ static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size,
         if (g > first) unref(a, start, (g - first) * a->granule - start % a->granule, 0, 0);
         return s;
       }
-      set_flags(a, g, MAPPED);
-      st_budget_add(a->budget, a->granule);
-      a->maps++;
+      if (!moved) {
+        set_flags(a, g, MAPPED);
+        st_budget_add(a->budget, a->granule);
+        a->maps++;
+      }
     }
     a->refs[g]++;
   }
@@ -612,6 +647,7 @@ static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t
     if (!s) unref(a, start, size, 0, 0); /* ref_granules' own failure has done so already */
     for (g = first; g <= last; g++) /* what it mapped was never accessible: no work uses it */
       if (!was[g - first] && (a->mapped[g] & MAPPED)) unmap_granule(a, g, true);
+    forget_unmapped(a); /* unref listed them: a later listing must not be a second entry */
     if (!s) s = granted;
   }
   if (was != stack_was) free(was);

@@ -430,6 +430,62 @@ static void test_the_highest_idle_granule_moves_first(void) {
   teardown(&f);
 }
 
+/* A lagging device (never ticked: queued work never finishes) and a region over 32 granules. */
+static void setup_lagging(fixture* f, uint8_t** r, st_arena_block** region) {
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_VIRTUAL;
+  o.virtual_capacity = 1ull << 36;
+  o.virtual_lag = 1000;
+  *f = (fixture){.ops = &st_backend_virtual_lagged};
+  CHECK_OK(f->ops->create(&o, &f->backend, &f->caps));
+  CHECK_OK(st_arena_create(f->ops, f->backend, &f->caps, 512, 1ull << 34, &f->budget, &f->arena));
+  void* base;
+  CHECK_OK(st_arena_region(f->arena, 32 * G, 512, &base, region));
+  *r = base;
+}
+
+/* At the peak a cached granule no queued work touches is found behind busy ones and behind an
+ * entry taken again since it was listed (dropping such an entry mid-scan reshaped the heap and
+ * hid the one it moved), so the peak does not grow. */
+static void test_a_stale_entry_hides_no_cached_granule(void) {
+  fixture f;
+  uint8_t* r;
+  st_arena_block* region;
+  setup_lagging(&f, &r, &region);
+  for (int i = 0; i <= 10; i++) CHECK_OK(st_arena_region_ref(f.arena, r + i * G, G, 7));
+  int busy[] = {10, 5, 9, 1, 2};
+  for (int k = 0; k < 5; k++) CHECK(st_arena_region_free(f.arena, r + busy[k] * G, G, 7)); /* work queued */
+  st_arena_region_unref(f.arena, r + 8 * G, G); /* no queued work: the one to move */
+  CHECK_OK(st_arena_region_ref(f.arena, r + 1 * G, G, 7)); /* granule 1's entry goes stale */
+  uint64_t waits = st_virtual_waits(f.backend);
+  CHECK_OK(st_arena_region_ref(f.arena, r + 11 * G, G, ST_ARENA_ANY_STREAM)); /* at the peak */
+  CHECK(f.budget.reserved == 11 * G && f.budget.peak_reserved == 11 * G); /* granule 8 moved */
+  CHECK(st_arena_idle_bytes(f.arena) == 4 * G && st_virtual_waits(f.backend) == waits); /* the busy four */
+  teardown(&f); /* destroying the arena unmaps what is still counted */
+}
+
+/* A memory limit under the peak counts as the peak: a granule needed moves an idle one that no
+ * queued work touches, rather than unmapping, with a wait, one that queued work still uses. */
+static void test_a_limit_under_the_peak_moves_an_unused_granule(void) {
+  fixture f;
+  uint8_t* r;
+  st_arena_block* region;
+  setup_lagging(&f, &r, &region);
+  for (int i = 0; i < 6; i++) CHECK_OK(st_arena_region_ref(f.arena, r + i * G, G, 7));
+  st_arena_region_unref(f.arena, r + 4 * G, G);
+  st_arena_region_unref(f.arena, r + 5 * G, G);
+  CHECK(st_arena_trim(f.arena) == 2 * G && f.budget.peak_reserved == 6 * G); /* reserved 4 */
+  CHECK(st_arena_region_free(f.arena, r + 3 * G, G, 7)); /* granule 3 idle, its work queued */
+  st_arena_region_unref(f.arena, r + 1 * G, G);          /* granule 1 idle, no queued work */
+  f.budget.limit = 4 * G;
+  uint64_t waits = st_virtual_waits(f.backend);
+  CHECK_OK(st_arena_region_ref(f.arena, r + 8 * G, G, ST_ARENA_ANY_STREAM));
+  CHECK(f.budget.reserved == 4 * G && st_virtual_waits(f.backend) == waits);
+  CHECK(st_arena_idle_bytes(f.arena) == G); /* granule 3, still mapped */
+  teardown(&f); /* destroying the arena unmaps what is still counted */
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
@@ -443,5 +499,7 @@ int main(void) {
   RUN(test_fit_candidates_prefer_mapped_granules);
   RUN(test_below_the_peak_cached_granules_stay);
   RUN(test_the_highest_idle_granule_moves_first);
+  RUN(test_a_stale_entry_hides_no_cached_granule);
+  RUN(test_a_limit_under_the_peak_moves_an_unused_granule);
   return 0;
 }
