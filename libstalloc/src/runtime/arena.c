@@ -7,7 +7,8 @@
  * map_granularity: 2 MiB on CUDA, and in the virtual backend, which models it): each granule
  * counts the live blocks touching it. A granule whose count drops to zero stays mapped (cached)
  * until a granule elsewhere needs mapping at the peak reserved so far: then the highest cached
- * granule moves there, so the peak grows only when every mapped granule holds live bytes.
+ * granule that no queued work touches moves there, so the peak grows only when every mapped
+ * granule holds live bytes or queued work (and that work is not the requesting stream's).
  * Best fit fills holes from the smallest up and the top grows only when nothing fits, so the
  * highest idle granules are the ones blocks come back to last. Unlike PyTorch's expandable
  * segments, a hole in the middle of the range gives its whole granules back.
