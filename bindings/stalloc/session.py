@@ -94,8 +94,9 @@ class PlanSession:
     def __init__(self, allocator, record_steps: int = 3, plan_path=None, rank: int = 0,
                  time_limit: float = 2.0, background: bool = True, save: bool = True,
                  trace_dir=None, online: bool | collections.abc.Mapping = False):
-        if isinstance(online, collections.abc.Mapping):  # online parameters: its record_steps is the session's too
-            record_steps = online.get("record_steps", record_steps)
+        given = online if isinstance(online, collections.abc.Mapping) else None  # stalloc_online_params_t fields
+        if given is not None:  # its record_steps is the session's too
+            record_steps = given.get("record_steps", record_steps)
         if record_steps < 2:
             raise ValueError("record_steps must be at least 2 (the first step is warm-up)")
         self.allocator = allocator
@@ -106,7 +107,7 @@ class PlanSession:
         self.background = background
         self.save = save
         self.steps = 0
-        self.online = isinstance(online, collections.abc.Mapping) or bool(online)
+        self.online = given is not None or bool(online)
         self._state = RECORDING
         self.plan: Plan | None = None
         self.plan_source = None  # "saved" (loaded at start) or "planned" (in this process)
@@ -124,7 +125,7 @@ class PlanSession:
         if self.online:
             params = dict(record_steps=record_steps, time_limit=min(time_limit, 1.0),
                           wait_for_plan=0 if background else 1)
-            params.update(online if isinstance(online, collections.abc.Mapping) else {})  # stalloc_online_params_t fields
+            params.update(given or {})
             allocator.online_start(**params)
             self.plan_source = "online"
             self._saving = bool(save and self.plan_file)

@@ -37,6 +37,7 @@
 #define KEEP_EVENTS (4u << 20) /* past the minimum, a recording stops growing at this many events */
 #define HISTORY 64        /* kinds of the last steps, for predicting the next */
 #define MATCH_MAX 8       /* longest run of recent kinds looked for in the history */
+#define POOL_FIT_CANDIDATES 4 /* default free blocks a request weighs once the pool serves for good */
 
 typedef struct step_kind {
   uint64_t allocs;        /* allocs per step: what tells kinds apart */
@@ -114,7 +115,7 @@ void stalloc_online_params_init(stalloc_online_params_t* p) {
   p->replan_after = 1;
   p->wait_for_plan = 0;
   p->layout_hints = 1;
-  p->pool_fit_candidates = 4;
+  p->pool_fit_candidates = POOL_FIT_CANDIDATES;
 }
 
 void stalloc_online_info_init(stalloc_online_info_t* info) {
@@ -133,7 +134,7 @@ stalloc_status_t st_online_create(const stalloc_online_params_t* params, uint64_
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: record_steps must be at least 2 (the first is warm-up), replan_steps and replan_after at least 1");
   if (!(p.time_limit >= 0 && p.time_limit <= 3600) || !(p.replan_miss_share >= 0 && p.replan_miss_share <= 1))
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: time_limit must be in [0, 3600] s and replan_miss_share in [0, 1]");
-  if (!p.pool_fit_candidates) p.pool_fit_candidates = 4; /* zeroed, as a struct filled by memset is */
+  if (!p.pool_fit_candidates) p.pool_fit_candidates = POOL_FIT_CANDIDATES; /* zeroed, as by memset */
   if (p.pool_fit_candidates > 64)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "online_start: pool_fit_candidates must be in [1, 64] (1: best fit alone; 0: the default, 4)");
   st_online* on = calloc(1, sizeof *on);

@@ -21,14 +21,26 @@ typedef struct fixture {
   st_arena* arena;
 } fixture;
 
-static void setup(fixture* f) {
+static void setup_on(fixture* f, const backend_ops* ops, uint64_t lag) {
   stalloc_options_t o;
   stalloc_options_init(&o);
   o.backend = STALLOC_BACKEND_VIRTUAL;
   o.virtual_capacity = 1ull << 36;
-  *f = (fixture){.ops = st_backend_get(STALLOC_BACKEND_VIRTUAL)};
+  o.virtual_lag = lag;
+  *f = (fixture){.ops = ops};
   CHECK_OK(f->ops->create(&o, &f->backend, &f->caps));
   CHECK_OK(st_arena_create(f->ops, f->backend, &f->caps, 512, 1ull << 34, &f->budget, &f->arena));
+}
+
+static void setup(fixture* f) { setup_on(f, st_backend_get(STALLOC_BACKEND_VIRTUAL), 0); }
+
+/* A lagging device (never ticked here: queued work never finishes) and a region over 32
+ * granules. */
+static void setup_lagging(fixture* f, uint8_t** r, st_arena_block** region) {
+  setup_on(f, &st_backend_virtual_lagged, 1000);
+  void* base;
+  CHECK_OK(st_arena_region(f->arena, 32 * G, 512, &base, region));
+  *r = base;
 }
 
 static void teardown(fixture* f) {
@@ -267,18 +279,10 @@ static void test_alloc_at_takes_only_free_bytes(void) {
  * at the peak a request of that stream aliases its memory rather than map more, and a request
  * of no stream cannot; another stream's block in an aliased granule waits for that work. */
 static void test_region_free_on_a_lagging_device(void) {
-  stalloc_options_t o;
-  stalloc_options_init(&o);
-  o.backend = STALLOC_BACKEND_VIRTUAL;
-  o.virtual_capacity = 1ull << 36;
-  o.virtual_lag = 100;
-  fixture f = {.ops = &st_backend_virtual_lagged};
-  CHECK_OK(f.ops->create(&o, &f.backend, &f.caps));
-  CHECK_OK(st_arena_create(f.ops, f.backend, &f.caps, 512, 1ull << 34, &f.budget, &f.arena));
-  void* base;
+  fixture f;
+  uint8_t* r;
   st_arena_block* region;
-  CHECK_OK(st_arena_region(f.arena, 16 * G, 512, &base, &region));
-  uint8_t* r = base;
+  setup_lagging(&f, &r, &region);
   CHECK_OK(st_arena_region_ref(f.arena, r, G, 7));
   CHECK(f.budget.reserved == G && f.budget.peak_reserved == G);
   CHECK(st_arena_region_free(f.arena, r, G, 7));          /* its work on stream 7 still queued */
@@ -428,21 +432,6 @@ static void test_the_highest_idle_granule_moves_first(void) {
   for (int i = 1; i < 5; i++)
     if (i != 3) st_arena_free(f.arena, b[i], 0);
   teardown(&f);
-}
-
-/* A lagging device (never ticked: queued work never finishes) and a region over 32 granules. */
-static void setup_lagging(fixture* f, uint8_t** r, st_arena_block** region) {
-  stalloc_options_t o;
-  stalloc_options_init(&o);
-  o.backend = STALLOC_BACKEND_VIRTUAL;
-  o.virtual_capacity = 1ull << 36;
-  o.virtual_lag = 1000;
-  *f = (fixture){.ops = &st_backend_virtual_lagged};
-  CHECK_OK(f->ops->create(&o, &f->backend, &f->caps));
-  CHECK_OK(st_arena_create(f->ops, f->backend, &f->caps, 512, 1ull << 34, &f->budget, &f->arena));
-  void* base;
-  CHECK_OK(st_arena_region(f->arena, 32 * G, 512, &base, region));
-  *r = base;
 }
 
 /* At the peak a cached granule no queued work touches is found behind busy ones and behind an
