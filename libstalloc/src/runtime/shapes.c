@@ -82,23 +82,16 @@ static kind_shape* add_kind(st_shapes* s, const uint64_t* sizes, size_t n) {
   return k;
 }
 
-void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
-  if (!s || !n) return;
-  s->clock++;
-  kind_shape* k = (kind_shape*)find(s, n);
-  if (!k) {
-    if ((k = add_kind(s, sizes, n))) k->seen = s->clock;
-    return;
-  }
-  k->seen = s->clock;
-  if (memcmp(sizes, k->size, n * sizeof *sizes) == 0) return; /* the same shape: nothing to learn */
-  size_t unexplained = 0;
-  for (size_t j = 0; j < n; j++) {
-    uint64_t was = k->size[j], now = sizes[j];
+/* Learns the rules of kind k (n allocs) from a step whose sizes by position were `was_sizes` to
+ * one where they are `sizes`, over the first `common` positions (the others are unexplained). */
+static void learn_change(kind_shape* k, const uint64_t* was_sizes, const uint64_t* sizes, size_t n, size_t common) {
+  size_t unexplained = n - common;
+  for (size_t j = 0; j < common; j++) {
+    uint64_t was = was_sizes[j], now = sizes[j];
     uint8_t rule = k->rule[j] & 3, key = k->rule[j] >> 2;
     if (rule == LINEAR || rule == SQUARE) { /* still the rule it had? */
       size_t at = k->key[key];
-      if (holds(rule, was, now, k->size[at], sizes[at])) continue;
+      if (holds(rule, was, now, was_sizes[at], sizes[at])) continue;
     } else if (rule == SAME && was == now) {
       continue;
     }
@@ -106,9 +99,9 @@ void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
     rule = NO_RULE;
     for (int m = 0; m < k->keys && rule == NO_RULE && was != now; m++) {
       size_t at = k->key[m];
-      if (k->size[at] == sizes[at]) continue;
+      if (was_sizes[at] == sizes[at]) continue;
       for (uint8_t r = LINEAR; r <= SQUARE && rule == NO_RULE; r++)
-        if (holds(r, was, now, k->size[at], sizes[at])) rule = r, key = (uint8_t)m;
+        if (holds(r, was, now, was_sizes[at], sizes[at])) rule = r, key = (uint8_t)m;
     }
     if (rule == NO_RULE && was == now) rule = SAME;
     if (rule == NO_RULE && k->keys < KEYS && j < EARLY) { /* a key: what follows may follow it */
@@ -123,6 +116,31 @@ void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
    * is not foretold, as the hints stop when more than a quarter of them miss. */
   k->explained = unexplained <= n / 4;
   memcpy(k->size, sizes, n * sizeof *sizes);
+}
+
+void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
+  if (!s || !n) return;
+  s->clock++;
+  kind_shape* k = (kind_shape*)find(s, n);
+  if (!k) {
+    /* The step before, of another kind with nearly as many allocs, may be this one but for a
+     * few (the warm-up step: the optimizer creates its state): what they share by position
+     * teaches the new kind's first rules, so its second step can already be foretold. An
+     * evaluation pass, far fewer allocs than a training step, teaches nothing. */
+    const kind_shape* before = NULL;
+    for (int i = 0; i < KINDS; i++)
+      if (s->kinds[i].n && s->kinds[i].seen + 1 == s->clock) before = &s->kinds[i];
+    size_t common = before ? ST_MIN(n, before->n) : 0;
+    if (before && 4 * common < 3 * ST_MAX(n, before->n)) before = NULL;
+    /* add_kind gives the place of the kind seen longest ago: never the one seen last */
+    if (!(k = add_kind(s, sizes, n))) return;
+    k->seen = s->clock;
+    if (before) learn_change(k, before->size, sizes, n, common);
+    return;
+  }
+  k->seen = s->clock;
+  if (memcmp(sizes, k->size, n * sizeof *sizes) == 0) return; /* the same shape: nothing to learn */
+  learn_change(k, k->size, sizes, n, n);
 }
 
 size_t st_shapes_key_position(const st_shapes* s, size_t n) {

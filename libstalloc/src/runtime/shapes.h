@@ -18,7 +18,9 @@ void st_shapes_destroy(st_shapes* s);
 
 /* A step of n allocs ended, with these requested sizes by position: learn how each position
  * follows the step's keys (positions among its first 16 whose size changed where no key before
- * explains it: a micro-batch's input ids). */
+ * explains it: a micro-batch's input ids). The first step of a kind learns from the step just
+ * before when that one has at least 3/4 as many allocs as the larger of the two (the warm-up
+ * step, where the optimizer makes its state), position by position. */
 void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n);
 
 /* The last key position of the kind of n allocs, once its steps' changes are explained by

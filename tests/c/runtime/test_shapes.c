@@ -1,7 +1,8 @@
 /* test_shapes.c - each position's size as a function of the step's keys: rules learned from two
  * steps whose shapes differ (same, linear, square, none), key positions (one per micro-batch
- * padded to its own length), exact predictions for a shape never seen, kinds whose changes no
- * rule explains, and the oldest kind giving its place. */
+ * padded to its own length), exact predictions for a shape never seen, a kind's first rules
+ * learned from the step before of another kind (the warm-up), kinds whose changes no rule
+ * explains, and the oldest kind giving its place. */
 #include <string.h>
 
 #include "check.h"
@@ -77,6 +78,47 @@ static void one_key_per_micro_batch(void) {
   st_shapes_destroy(s);
 }
 
+/* The warm-up step is the training step with the optimizer's state made at its end (more
+ * allocs: another kind). The first training step learns its rules from what the two share, so
+ * the second, of a shape neither had, is foretold; a step before that shares nothing with it
+ * teaches nothing. */
+static void the_first_step_of_a_kind_learns_from_the_step_before(void) {
+  st_shapes* s = st_shapes_create();
+  uint64_t warm[N + 5], a[N], want[N], got[N];
+  step_at(64, warm);
+  for (int j = N; j < N + 5; j++) warm[j] = 8192 * (uint64_t)j; /* the optimizer's state */
+  st_shapes_learn(s, warm, N + 5);
+  step_at(40, a);
+  st_shapes_learn(s, a, N);
+  CHECK(st_shapes_key_position(s, N) == 1);
+  step_at(128, want);
+  CHECK(st_shapes_predict(s, N, want, got) && memcmp(got, want, sizeof got) == 0);
+  st_shapes_destroy(s);
+
+  /* a step before of unrelated sizes: most positions change with no rule */
+  s = st_shapes_create();
+  uint32_t rng = 5;
+  for (int j = 0; j < N + 5; j++) {
+    rng = rng * 1103515245u + 12345u;
+    warm[j] = 4096 * (1 + (rng >> 16) % 97);
+  }
+  st_shapes_learn(s, warm, N + 5);
+  st_shapes_learn(s, a, N);
+  CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE && !st_shapes_predict(s, N, want, got));
+  st_shapes_destroy(s);
+
+  /* a step before with far more allocs (a training step before an evaluation pass) teaches
+   * nothing, even where the two begin alike */
+  s = st_shapes_create();
+  uint64_t train[4 * N];
+  step_at(64, train);
+  for (int j = N; j < 4 * N; j++) train[j] = 1024 * (uint64_t)j;
+  st_shapes_learn(s, train, 4 * N);
+  st_shapes_learn(s, a, N);
+  CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE && !st_shapes_predict(s, N, want, got));
+  st_shapes_destroy(s);
+}
+
 /* An MoE gate routes other sizes at most positions each step: no rule explains the change, so
  * the kind's next shape is not foretold. */
 static void unexplained_kinds_are_not_predicted(void) {
@@ -127,6 +169,7 @@ static void the_oldest_kind_gives_its_place(void) {
 int main(void) {
   learns_and_predicts();
   one_key_per_micro_batch();
+  the_first_step_of_a_kind_learns_from_the_step_before();
   unexplained_kinds_are_not_predicted();
   the_oldest_kind_gives_its_place();
   return 0;
