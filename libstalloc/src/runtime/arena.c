@@ -2,8 +2,9 @@
  *
  * Address space is cheap and physical memory is what a run is measured by, so the arena keeps
  * the two apart. Blocks tile [0, top) of one reserved range in address order; free ones sit in
- * a treap keyed by (size, start) for best fit, and coalesce with free neighbours. A request no
- * free block fits extends the top. Physical memory is mapped per granule (the backend's
+ * a treap keyed by (size, start) for best fit (and, with the layout hints, in one keyed by start,
+ * for alloc_at and the lowest fit of small requests), and coalesce with free neighbours. A request no free
+ * block fits extends the top. Physical memory is mapped per granule (the backend's
  * map_granularity: 2 MiB on CUDA, and in the virtual backend, which models it): each granule
  * counts the live blocks touching it. A granule whose count drops to zero stays mapped (cached)
  * until a granule elsewhere needs mapping at the peak reserved so far: then the highest cached
@@ -45,6 +46,7 @@ struct st_arena_block {
   st_arena_block* kid[2][2];    /* a free block's children in each treap (BY_SIZE, BY_START):
                                    [tree][0] left, [tree][1] right; one priority for both */
   uint32_t prio;
+  uint64_t most;                /* a free block: the largest size in its subtree by start */
   uint8_t state;
   uint64_t stream, stamp;       /* a free block: freed on stream at clock stamp (0: free for all) */
   uint64_t tag;                 /* a live block: its user's (st_arena_tag) */
@@ -69,7 +71,8 @@ struct st_arena {
   st_arena_block* last;         /* the block that ends at top */
   st_arena_block* free_root;
   st_arena_block* addr_root;    /* the free blocks again, keyed by start, once alloc_at is
-                                   wanted (st_arena_index_addresses) */
+                                   wanted (st_arena_index_addresses: the layout hints); small
+                                   requests then take the lowest fit */
   bool by_address;
   unsigned fit_candidates;      /* free blocks weighed per request (1: best fit alone) */
   uint64_t maps;                /* granules mapped at an address so far: new, moved or aliased */
@@ -89,7 +92,7 @@ struct st_arena {
   uint32_t rng;
 };
 
-/* ---- free treaps: by (size, start) for best fit; by start for alloc_at ---- */
+/* ---- free treaps: by (size, start) for best fit; by start for the lowest fit and alloc_at ---- */
 
 enum { BY_SIZE = 0, BY_START = 1, L = 0, R = 1 };
 
@@ -185,19 +188,129 @@ static st_arena_block* at_find(st_arena_block* t, uint64_t at) {
   return NULL;
 }
 
+/* The treap by start keeps in each block the largest size below it (`most`), so the lowest free
+ * block that fits is found in one descent. Split and join keep it. */
+static uint64_t most_of(const st_arena_block* t) { return t ? t->most : 0; }
+
+static void pull(st_arena_block* t) {
+  t->most = ST_MAX(t->size, ST_MAX(most_of(t->kid[BY_START][L]), most_of(t->kid[BY_START][R])));
+}
+
+/* Deep enough for any treap of random priorities (expected depth about 2 ln n); a deeper path
+ * (never seen) is fixed by recomputing the whole subtree instead. */
+#define ADDR_PATH 128
+
+static uint64_t pull_all(st_arena_block* t) {
+  if (!t) return 0;
+  t->most = ST_MAX(t->size, ST_MAX(pull_all(t->kid[BY_START][L]), pull_all(t->kid[BY_START][R])));
+  return t->most;
+}
+
+/* Recomputes `most` of the blocks whose children changed, deepest first. */
+static void pull_path(st_arena_block** path, size_t n, st_arena_block* top) {
+  if (n > ADDR_PATH) {
+    pull_all(top);
+    return;
+  }
+  while (n) pull(path[--n]);
+}
+
+static void addr_insert(st_arena* a, st_arena_block* n) {
+  st_arena_block** link = &a->addr_root;
+  while (*link && (*link)->prio >= n->prio) { /* n goes below: each block above gains it */
+    (*link)->most = ST_MAX((*link)->most, n->size);
+    link = &(*link)->kid[BY_START][n->start < (*link)->start ? L : R];
+  }
+  /* what hangs below splits around n's start into two chains, each block losing a side */
+  st_arena_block *lchain[ADDR_PATH], *rchain[ADDR_PATH];
+  size_t nl = 0, nr = 0;
+  st_arena_block *t = *link, **lp = &n->kid[BY_START][L], **rp = &n->kid[BY_START][R];
+  while (t) {
+    if (t->start < n->start) {
+      *lp = t;
+      lp = &t->kid[BY_START][R];
+      if (nl < ADDR_PATH) lchain[nl] = t;
+      nl++;
+      t = t->kid[BY_START][R];
+    } else {
+      *rp = t;
+      rp = &t->kid[BY_START][L];
+      if (nr < ADDR_PATH) rchain[nr] = t;
+      nr++;
+      t = t->kid[BY_START][L];
+    }
+  }
+  *lp = *rp = NULL;
+  pull_path(lchain, nl, n->kid[BY_START][L]);
+  pull_path(rchain, nr, n->kid[BY_START][R]);
+  pull(n);
+  *link = n;
+}
+
+static void addr_remove(st_arena* a, st_arena_block* n) {
+  st_arena_block *path[ADDR_PATH], *chain[ADDR_PATH];
+  size_t np = 0, nc = 0;
+  st_arena_block** link = &a->addr_root;
+  while (*link && *link != n) {
+    if (np < ADDR_PATH) path[np] = *link;
+    np++;
+    link = &(*link)->kid[BY_START][n->start < (*link)->start ? L : R];
+  }
+  if (!*link) return;
+  /* n's children join: each block on the seam gets a new child */
+  st_arena_block *x = n->kid[BY_START][L], *y = n->kid[BY_START][R], **at = link;
+  while (x && y) {
+    if (x->prio > y->prio) {
+      *at = x;
+      at = &x->kid[BY_START][R];
+      if (nc < ADDR_PATH) chain[nc] = x;
+      nc++;
+      x = x->kid[BY_START][R];
+    } else {
+      *at = y;
+      at = &y->kid[BY_START][L];
+      if (nc < ADDR_PATH) chain[nc] = y;
+      nc++;
+      y = y->kid[BY_START][L];
+    }
+  }
+  *at = x ? x : y;
+  pull_path(chain, nc, *link);
+  pull_path(path, np, a->addr_root);
+}
+
+/* Small requests: the free block of at least `need` bytes that starts lowest. Best fit puts a
+ * small block in the smallest hole anywhere in the range, and one that lives on (the optimizer
+ * state of a norm or a bias) then holds a granule among activations that are freed; low in the
+ * range, small blocks stay together beside the blocks that live longest (docs/online.md,
+ * "Small requests go low"). Small: under a quarter of a granule, and under 1/1024 of the range
+ * used so far (in a run of a few granules nearly every block is under a quarter of one, and
+ * there best fit packs them better). Only where the free blocks are kept by address (with the
+ * layout hints, the online default); a pool without them stays best fit, and as cheap. */
+#define SMALL_REQUEST(a, need) ((a)->by_address && (need) < (a)->granule / 4 && (need) < (a)->top / 1024)
+
+static st_arena_block* lowest_fit(st_arena_block* t, uint64_t need) {
+  while (t && t->most >= need) {
+    if (most_of(t->kid[BY_START][L]) >= need) t = t->kid[BY_START][L];
+    else if (t->size >= need) return t;
+    else t = t->kid[BY_START][R];
+  }
+  return NULL;
+}
+
 static void make_free(st_arena* a, st_arena_block* b) {
   b->state = AR_FREE;
   memset(b->kid, 0, sizeof b->kid);
   a->rng = a->rng * 1664525u + 1013904223u;
   b->prio = a->rng;
   a->free_root = tr_insert(BY_SIZE, a->free_root, b);
-  if (a->by_address) a->addr_root = tr_insert(BY_START, a->addr_root, b);
+  if (a->by_address) addr_insert(a, b);
 }
 
 /* Takes free block b out of both treaps. */
 static void unlist(st_arena* a, st_arena_block* b) {
   a->free_root = tr_remove(BY_SIZE, a->free_root, b);
-  if (a->by_address) a->addr_root = tr_remove(BY_START, a->addr_root, b);
+  if (a->by_address) addr_remove(a, b);
 }
 
 static st_arena_block* block_new(st_arena* a) {
@@ -876,7 +989,8 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
   if (!need || need > a->capacity || slack > a->capacity - need)
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: %llu bytes is more than its %llu-byte range",
                    (unsigned long long)need, (unsigned long long)a->capacity);
-  st_arena_block* b = best_fit(a->free_root, need + slack);
+  st_arena_block* b = SMALL_REQUEST(a, need) ? lowest_fit(a->addr_root, need + slack) : NULL;
+  if (!b) b = best_fit(a->free_root, need + slack);
   for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
     b = skipped < 64 ? next_key(a->free_root, b) : NULL;
   if (b && a->fit_candidates > 1) b = fewest_unmapped(a, b, need, align, stream);
@@ -963,10 +1077,7 @@ void st_arena_index_addresses(st_arena* a) {
   if (a->by_address) return;
   a->by_address = true;
   for (st_arena_block* b = a->last; b; b = b->prev)
-    if (b->state == AR_FREE) {
-      b->kid[BY_START][L] = b->kid[BY_START][R] = NULL;
-      a->addr_root = tr_insert(BY_START, a->addr_root, b);
-    }
+    if (b->state == AR_FREE) addr_insert(a, b);
 }
 
 bool st_arena_alloc_at(st_arena* a, uint64_t offset, uint64_t size, uint64_t stream, void** ptr,

@@ -1,8 +1,9 @@
 /* test_arena.c - the growable pool on the virtual backend (2 MiB granules): granules mapped as
  * blocks touch them and, at the peak, given back (the highest first) before new ones are
  * mapped, a plan's pool as a region of it that costs only the granules its live blocks touch,
- * slab chunks in it, the list of cached granules staying bounded over a long run, and blocks
- * of whole granules on granule boundaries. */
+ * slab chunks in it, the list of cached granules staying bounded over a long run, blocks
+ * of whole granules on granule boundaries, and small requests in the lowest free block that
+ * fits (checked against a scan of the free blocks over a long random run). */
 #include "check.h"
 #include "backends/virtual.h"
 #include "runtime/arena.h"
@@ -475,6 +476,91 @@ static void test_a_limit_under_the_peak_moves_an_unused_granule(void) {
   teardown(&f); /* destroying the arena unmaps what is still counted */
 }
 
+/* Where the free blocks are kept by address (the layout hints' index), a request under a
+ * quarter of a granule and under 1/1024 of the range used so far takes the lowest free block
+ * that fits; others, and every request without the index, the smallest (best fit). */
+static void test_small_requests_go_low(void) {
+  fixture f;
+  setup(&f);
+  uint64_t hole[3] = {64 * 1024, 16 * 1024, 200 * 1024};
+  void *p[7], *q;
+  st_arena_block *b[7], *c;
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(st_arena_alloc(f.arena, hole[i], 0, &p[2 * i], &b[2 * i]));
+    CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &p[2 * i + 1], &b[2 * i + 1])); /* keeps them apart */
+  }
+  for (int i = 0; i < 3; i++) st_arena_free(f.arena, b[2 * i], 0);
+  void* big;
+  st_arena_block* bb;
+  CHECK_OK(st_arena_alloc(f.arena, 1024 * MiB, 0, &big, &bb)); /* the range passes 1 GiB */
+  CHECK_OK(st_arena_alloc(f.arena, 10 * 1024, 0, &q, &c)); /* no index: best fit, 16 KiB */
+  CHECK(q == p[2]);
+  st_arena_free(f.arena, c, 0);
+  st_arena_index_addresses(f.arena);
+  CHECK_OK(st_arena_alloc(f.arena, 10 * 1024, 0, &q, &c)); /* now the lowest: 64 KiB */
+  CHECK(q == p[0]);
+  st_arena_free(f.arena, c, 0);
+  CHECK_OK(st_arena_alloc(f.arena, 100 * 1024, 0, &q, &c)); /* the lowest that fits: 200 KiB */
+  CHECK(q == p[4]);
+  st_arena_free(f.arena, c, 0);
+  void* quarter;
+  st_arena_block* qb;
+  CHECK_OK(st_arena_alloc(f.arena, G / 4, 0, &quarter, &qb)); /* a quarter granule: best fit, */
+  CHECK((uint8_t*)quarter > (uint8_t*)big);                    /* the top (no hole holds it) */
+  st_arena_free(f.arena, qb, 0);
+  st_arena_free(f.arena, bb, 0);
+  for (int i = 0; i < 3; i++) st_arena_free(f.arena, b[2 * i + 1], 0);
+  teardown(&f);
+}
+
+/* A long random run of small and large requests: each small one lands in the lowest free block
+ * that fits (the free blocks found from the live ones), so the treap by start and the largest
+ * size each subtree keeps stay right through every split, merge and growth of the top. */
+static void test_lowest_fit_matches_a_scan(void) {
+  fixture f;
+  setup(&f);
+  st_arena_index_addresses(f.arena);
+  enum { SLOTS = 300, STEPS = 20000 };
+  void* p[SLOTS] = {0};
+  st_arena_block* b[SLOTS] = {0};
+  CHECK_OK(st_arena_alloc(f.arena, 1024 * MiB, 0, &p[0], &b[0])); /* a range of 1 GiB on: every */
+                                                                   /* request under G/4 is small */
+  uint64_t starts[SLOTS], sizes[SLOTS], tags[SLOTS];
+  uint32_t rng = 12345;
+  for (int step = 0; step < STEPS; step++) {
+    rng = rng * 1664525u + 1013904223u;
+    int i = 1 + (int)((rng >> 8) % (SLOTS - 1));
+    if (b[i]) {
+      st_arena_free(f.arena, b[i], 0);
+      b[i] = NULL;
+      continue;
+    }
+    rng = rng * 1664525u + 1013904223u;
+    bool small = (rng >> 31) != 0;
+    uint64_t size = small ? 512 + (rng >> 8) % (G / 4 - 1024) : G / 4 + (rng >> 8) % (6 * MiB);
+    uint64_t need = (size + 511) & ~511ull;
+    /* the lowest free block of at least need bytes, from the gaps between live blocks */
+    size_t n = st_arena_taken(f.arena, starts, sizes, tags, SLOTS);
+    for (size_t x = 1; x < n; x++) /* by start */
+      for (size_t y = x; y > 0 && starts[y - 1] > starts[y]; y--) {
+        uint64_t t = starts[y]; starts[y] = starts[y - 1]; starts[y - 1] = t;
+        t = sizes[y]; sizes[y] = sizes[y - 1]; sizes[y - 1] = t;
+      }
+    uint64_t want = UINT64_MAX, from = 0;
+    for (size_t x = 0; x < n && want == UINT64_MAX; x++) {
+      if (starts[x] - from >= need) want = from;
+      from = starts[x] + sizes[x];
+    }
+    CHECK_OK(st_arena_alloc(f.arena, size, 0, &p[i], &b[i]));
+    uint64_t got = st_arena_offset(f.arena, p[i]);
+    if (small && want != UINT64_MAX) CHECK(got == want);
+    if (small && want == UINT64_MAX) CHECK(got >= from); /* nothing fits below: the top */
+  }
+  for (int i = 0; i < SLOTS; i++)
+    if (b[i]) st_arena_free(f.arena, b[i], 0);
+  teardown(&f);
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
@@ -490,5 +576,7 @@ int main(void) {
   RUN(test_the_highest_idle_granule_moves_first);
   RUN(test_a_stale_entry_hides_no_cached_granule);
   RUN(test_a_limit_under_the_peak_moves_an_unused_granule);
+  RUN(test_small_requests_go_low);
+  RUN(test_lowest_fit_matches_a_scan);
   return 0;
 }
