@@ -2,10 +2,10 @@
  *
  * Address space is cheap and physical memory is what a run is measured by, so the arena keeps
  * the two apart. Blocks tile [0, top) of one reserved range in address order; free ones sit in
- * a treap keyed by (size, start) for best fit (and, with the layout hints, in one keyed by start,
- * for alloc_at and the lowest fit of small requests), and coalesce with free neighbours. A request no free
- * block fits extends the top. Physical memory is mapped per granule (the backend's
- * map_granularity: 2 MiB on CUDA, and in the virtual backend, which models it): each granule
+ * a treap keyed by (size, start) for best fit (and, with the layout hints, in one keyed by
+ * start, for alloc_at and the lowest fit of small requests), and coalesce with free neighbours.
+ * A request no free block fits extends the top. Physical memory is mapped per granule (the
+ * backend's map_granularity: 2 MiB on CUDA, and in the virtual backend, which models it): each granule
  * counts the live blocks touching it. A granule whose count drops to zero stays mapped (cached)
  * until a granule elsewhere needs mapping at the peak reserved so far: then the highest cached
  * granule that no queued work touches moves there, so the peak grows only when every mapped
@@ -189,7 +189,8 @@ static st_arena_block* at_find(st_arena_block* t, uint64_t at) {
 }
 
 /* The treap by start keeps in each block the largest size below it (`most`), so the lowest free
- * block that fits is found in one descent. Split and join keep it. */
+ * block that fits is found in one descent. Insert and remove fix it on the blocks whose
+ * children they change. */
 static uint64_t most_of(const st_arena_block* t) { return t ? t->most : 0; }
 
 static void pull(st_arena_block* t) {
