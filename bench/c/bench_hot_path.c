@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_common.h"
 #include "plan/planner.h"
 
 #define N 16        /* distinct sizes, one iteration of the plan */
@@ -22,23 +23,6 @@
 #define BATCHES 101
 
 static uint64_t sizes[N];
-
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return 1e9 * (double)t.tv_sec + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
-static void die(stalloc_status_t s, const char* what) {
-  if (s == STALLOC_OK) return;
-  fprintf(stderr, "%s: %s (%s)\n", what, stalloc_status_string(s), stalloc_last_error());
-  exit(1);
-}
 
 typedef void (*pair_fn)(void* ctx, int i);
 

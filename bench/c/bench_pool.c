@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "stalloc/stalloc.h"
+#include "bench_common.h"
 
 #define LIVE 3000
 #define BATCH 20000
@@ -37,23 +37,6 @@ static size_t draw(double small_share) {
   bool small = uniform() < small_share;
   double lo = small ? 6 : 18, hi = small ? 18 : 26;
   return (size_t)pow(2.0, lo + (hi - lo) * uniform());
-}
-
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return 1e9 * (double)t.tv_sec + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
-static void die(stalloc_status_t s, const char* what) {
-  if (s == STALLOC_OK) return;
-  fprintf(stderr, "%s: %s (%s)\n", what, stalloc_status_string(s), stalloc_last_error());
-  exit(1);
 }
 
 static void row(double small_share, bool online) {
