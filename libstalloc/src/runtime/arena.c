@@ -5,9 +5,9 @@
  * a treap keyed by (size, start) for best fit (and, with the layout hints, in one keyed by
  * start, for alloc_at and the lowest fit of small requests), and coalesce with free neighbours.
  * A request no free block fits extends the top. Physical memory is mapped per granule (the
- * backend's map_granularity: 2 MiB on CUDA, and in the virtual backend, which models it): each granule
- * counts the live blocks touching it. A granule whose count drops to zero stays mapped (cached)
- * until a granule elsewhere needs mapping at the peak reserved so far: then the highest cached
+ * backend's map_granularity: 2 MiB on CUDA, and in the virtual backend, which models it): each
+ * granule counts the live blocks touching it. A granule whose count drops to zero stays mapped
+ * (cached) until a granule elsewhere needs mapping at the peak reserved so far: then the highest cached
  * granule that no queued work touches moves there, so the peak grows only when every mapped
  * granule holds live bytes or queued work (and that work is not the requesting stream's).
  * Best fit fills holes from the smallest up and the top grows only when nothing fits, so the
@@ -104,16 +104,54 @@ TREAP bool key_less(int tree, const st_arena_block* a, const st_arena_block* b) 
   return a->size < b->size || (a->size == b->size && a->start < b->start);
 }
 
+/* The treap by start keeps in each block the largest size below it (`most`), so the lowest free
+ * block that fits is found in one descent. An insert or a remove lists the blocks whose subtree
+ * it changed, in the order it reached them, and fixes `most` on them from the deepest up. */
+static uint64_t most_of(const st_arena_block* t) { return t ? t->most : 0; }
+
+static void pull(st_arena_block* t) {
+  t->most = ST_MAX(t->size, ST_MAX(most_of(t->kid[BY_START][L]), most_of(t->kid[BY_START][R])));
+}
+
+static uint64_t pull_all(st_arena_block* t) {
+  if (!t) return 0;
+  t->most = ST_MAX(t->size, ST_MAX(pull_all(t->kid[BY_START][L]), pull_all(t->kid[BY_START][R])));
+  return t->most;
+}
+
+/* Deep enough for any treap of random priorities (expected depth about 2 ln n); a longer list
+ * (never seen) is fixed by recomputing the whole treap instead. */
+#define TOUCHED 256
+
+typedef struct touched {
+  st_arena_block* at[TOUCHED];
+  size_t n;
+} touched;
+
+TREAP void touch(int tree, touched* p, st_arena_block* t) {
+  if (tree != BY_START) return;
+  if (p->n < TOUCHED) p->at[p->n] = t;
+  p->n++;
+}
+
+static void refix(touched* p, st_arena_block* root) {
+  if (p->n > TOUCHED) pull_all(root);
+  else
+    while (p->n) pull(p->at[--p->n]);
+}
+
 /* Joins two treaps whose keys are all below / all above each other. */
-TREAP st_arena_block* tr_merge(int tree, st_arena_block* a, st_arena_block* b) {
+TREAP st_arena_block* tr_merge(int tree, st_arena_block* a, st_arena_block* b, touched* p) {
   st_arena_block *root = NULL, **link = &root;
   while (a && b) {
     if (a->prio > b->prio) {
       *link = a;
+      touch(tree, p, a);
       link = &a->kid[tree][R];
       a = a->kid[tree][R];
     } else {
       *link = b;
+      touch(tree, p, b);
       link = &b->kid[tree][L];
       b = b->kid[tree][L];
     }
@@ -123,11 +161,18 @@ TREAP st_arena_block* tr_merge(int tree, st_arena_block* a, st_arena_block* b) {
 }
 
 TREAP st_arena_block* tr_insert(int tree, st_arena_block* root, st_arena_block* n) {
+  touched p;
+  p.n = 0;
   st_arena_block** link = &root;
-  while (*link && (*link)->prio >= n->prio) link = &(*link)->kid[tree][key_less(tree, n, *link) ? L : R];
+  while (*link && (*link)->prio >= n->prio) {
+    touch(tree, &p, *link);
+    link = &(*link)->kid[tree][key_less(tree, n, *link) ? L : R];
+  }
+  touch(tree, &p, n);
   /* n goes here: what hangs below splits around its key */
   st_arena_block *t = *link, **lp = &n->kid[tree][L], **rp = &n->kid[tree][R];
   while (t) {
+    touch(tree, &p, t);
     if (key_less(tree, t, n)) {
       *lp = t;
       lp = &t->kid[tree][R];
@@ -140,13 +185,20 @@ TREAP st_arena_block* tr_insert(int tree, st_arena_block* root, st_arena_block* 
   }
   *lp = *rp = NULL;
   *link = n;
+  if (tree == BY_START) refix(&p, root);
   return root;
 }
 
 TREAP st_arena_block* tr_remove(int tree, st_arena_block* root, st_arena_block* n) {
+  touched p;
+  p.n = 0;
   st_arena_block** link = &root;
-  while (*link && *link != n) link = &(*link)->kid[tree][key_less(tree, n, *link) ? L : R];
-  if (*link) *link = tr_merge(tree, n->kid[tree][L], n->kid[tree][R]);
+  while (*link && *link != n) {
+    touch(tree, &p, *link);
+    link = &(*link)->kid[tree][key_less(tree, n, *link) ? L : R];
+  }
+  if (*link) *link = tr_merge(tree, n->kid[tree][L], n->kid[tree][R], &p);
+  if (tree == BY_START) refix(&p, root);
   return root;
 }
 
@@ -188,98 +240,6 @@ static st_arena_block* at_find(st_arena_block* t, uint64_t at) {
   return NULL;
 }
 
-/* The treap by start keeps in each block the largest size below it (`most`), so the lowest free
- * block that fits is found in one descent. Insert and remove fix it on the blocks whose
- * children they change. */
-static uint64_t most_of(const st_arena_block* t) { return t ? t->most : 0; }
-
-static void pull(st_arena_block* t) {
-  t->most = ST_MAX(t->size, ST_MAX(most_of(t->kid[BY_START][L]), most_of(t->kid[BY_START][R])));
-}
-
-/* Deep enough for any treap of random priorities (expected depth about 2 ln n); a deeper path
- * (never seen) is fixed by recomputing the whole subtree instead. */
-#define ADDR_PATH 128
-
-static uint64_t pull_all(st_arena_block* t) {
-  if (!t) return 0;
-  t->most = ST_MAX(t->size, ST_MAX(pull_all(t->kid[BY_START][L]), pull_all(t->kid[BY_START][R])));
-  return t->most;
-}
-
-/* Recomputes `most` of the blocks whose children changed, deepest first. */
-static void pull_path(st_arena_block** path, size_t n, st_arena_block* top) {
-  if (n > ADDR_PATH) {
-    pull_all(top);
-    return;
-  }
-  while (n) pull(path[--n]);
-}
-
-static void addr_insert(st_arena* a, st_arena_block* n) {
-  st_arena_block** link = &a->addr_root;
-  while (*link && (*link)->prio >= n->prio) { /* n goes below: each block above gains it */
-    (*link)->most = ST_MAX((*link)->most, n->size);
-    link = &(*link)->kid[BY_START][n->start < (*link)->start ? L : R];
-  }
-  /* what hangs below splits around n's start into two chains, each block losing a side */
-  st_arena_block *lchain[ADDR_PATH], *rchain[ADDR_PATH];
-  size_t nl = 0, nr = 0;
-  st_arena_block *t = *link, **lp = &n->kid[BY_START][L], **rp = &n->kid[BY_START][R];
-  while (t) {
-    if (t->start < n->start) {
-      *lp = t;
-      lp = &t->kid[BY_START][R];
-      if (nl < ADDR_PATH) lchain[nl] = t;
-      nl++;
-      t = t->kid[BY_START][R];
-    } else {
-      *rp = t;
-      rp = &t->kid[BY_START][L];
-      if (nr < ADDR_PATH) rchain[nr] = t;
-      nr++;
-      t = t->kid[BY_START][L];
-    }
-  }
-  *lp = *rp = NULL;
-  pull_path(lchain, nl, n->kid[BY_START][L]);
-  pull_path(rchain, nr, n->kid[BY_START][R]);
-  pull(n);
-  *link = n;
-}
-
-static void addr_remove(st_arena* a, st_arena_block* n) {
-  st_arena_block *path[ADDR_PATH], *chain[ADDR_PATH];
-  size_t np = 0, nc = 0;
-  st_arena_block** link = &a->addr_root;
-  while (*link && *link != n) {
-    if (np < ADDR_PATH) path[np] = *link;
-    np++;
-    link = &(*link)->kid[BY_START][n->start < (*link)->start ? L : R];
-  }
-  if (!*link) return;
-  /* n's children join: each block on the seam gets a new child */
-  st_arena_block *x = n->kid[BY_START][L], *y = n->kid[BY_START][R], **at = link;
-  while (x && y) {
-    if (x->prio > y->prio) {
-      *at = x;
-      at = &x->kid[BY_START][R];
-      if (nc < ADDR_PATH) chain[nc] = x;
-      nc++;
-      x = x->kid[BY_START][R];
-    } else {
-      *at = y;
-      at = &y->kid[BY_START][L];
-      if (nc < ADDR_PATH) chain[nc] = y;
-      nc++;
-      y = y->kid[BY_START][L];
-    }
-  }
-  *at = x ? x : y;
-  pull_path(chain, nc, *link);
-  pull_path(path, np, a->addr_root);
-}
-
 /* Small requests: the free block of at least `need` bytes that starts lowest. Best fit puts a
  * small block in the smallest hole anywhere in the range, and one that lives on (the optimizer
  * state of a norm or a bias) then holds a granule among activations that are freed; low in the
@@ -305,13 +265,13 @@ static void make_free(st_arena* a, st_arena_block* b) {
   a->rng = a->rng * 1664525u + 1013904223u;
   b->prio = a->rng;
   a->free_root = tr_insert(BY_SIZE, a->free_root, b);
-  if (a->by_address) addr_insert(a, b);
+  if (a->by_address) a->addr_root = tr_insert(BY_START, a->addr_root, b);
 }
 
 /* Takes free block b out of both treaps. */
 static void unlist(st_arena* a, st_arena_block* b) {
   a->free_root = tr_remove(BY_SIZE, a->free_root, b);
-  if (a->by_address) addr_remove(a, b);
+  if (a->by_address) a->addr_root = tr_remove(BY_START, a->addr_root, b);
 }
 
 static st_arena_block* block_new(st_arena* a) {
@@ -990,8 +950,9 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
   if (!need || need > a->capacity || slack > a->capacity - need)
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: %llu bytes is more than its %llu-byte range",
                    (unsigned long long)need, (unsigned long long)a->capacity);
-  st_arena_block* b = SMALL_REQUEST(a, need) ? lowest_fit(a->addr_root, need + slack) : NULL;
-  if (!b) b = best_fit(a->free_root, need + slack);
+  /* both treaps hold the same blocks: when the lowest fit finds none, neither would best fit */
+  st_arena_block* b = SMALL_REQUEST(a, need) ? lowest_fit(a->addr_root, need + slack)
+                                             : best_fit(a->free_root, need + slack);
   for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
     b = skipped < 64 ? next_key(a->free_root, b) : NULL;
   if (b && a->fit_candidates > 1) b = fewest_unmapped(a, b, need, align, stream);
@@ -1078,7 +1039,7 @@ void st_arena_index_addresses(st_arena* a) {
   if (a->by_address) return;
   a->by_address = true;
   for (st_arena_block* b = a->last; b; b = b->prev)
-    if (b->state == AR_FREE) addr_insert(a, b);
+    if (b->state == AR_FREE) a->addr_root = tr_insert(BY_START, a->addr_root, b);
 }
 
 bool st_arena_alloc_at(st_arena* a, uint64_t offset, uint64_t size, uint64_t stream, void** ptr,
