@@ -274,6 +274,45 @@ static void unlist(st_arena* a, st_arena_block* b) {
   if (a->by_address) a->addr_root = tr_remove(BY_START, a->addr_root, b);
 }
 
+/* In the treap by start, `heir` takes old's place, children and priority (the priority both
+ * treaps share, so heir must not be in the one by size), and `most` is fixed down to it. Where
+ * a free block grows into a freed neighbour, or a piece split off it stays free, no other free
+ * block lies between the two starts, so the key order holds: one descent rather than a remove
+ * and an insert, which split and merge subtrees (the pool's cost with the layout hints, mostly
+ * treap upkeep: bench/c/bench_pool). heir == old: its size changed in place. */
+static void take_place(st_arena* a, st_arena_block* old, st_arena_block* heir) {
+  touched p;
+  p.n = 0;
+  st_arena_block** link = &a->addr_root;
+  while (*link != old) {
+    touch(BY_START, &p, *link);
+    link = &(*link)->kid[BY_START][key_less(BY_START, old, *link) ? L : R];
+  }
+  *link = heir;
+  heir->kid[BY_START][L] = old->kid[BY_START][L];
+  heir->kid[BY_START][R] = old->kid[BY_START][R];
+  heir->prio = old->prio;
+  pull(heir);
+  refix(&p, a->addr_root);
+}
+
+/* Free block b, already in the treap by start at its place, goes into the one by size. */
+static void list_by_size(st_arena* a, st_arena_block* b) {
+  b->state = AR_FREE;
+  b->kid[BY_SIZE][L] = b->kid[BY_SIZE][R] = NULL;
+  a->free_root = tr_insert(BY_SIZE, a->free_root, b);
+}
+
+/* A piece that stays free: into both treaps, taking `place`'s in the one by start if given. */
+static void free_piece(st_arena* a, st_arena_block* piece, st_arena_block* place) {
+  if (!place) {
+    make_free(a, piece);
+    return;
+  }
+  take_place(a, place, piece);
+  list_by_size(a, piece);
+}
+
 static st_arena_block* block_new(st_arena* a) {
   st_arena_block* b = a->spares;
   if (b) a->spares = b->pnext;
@@ -744,12 +783,15 @@ static void merge_stamp(st_arena* a, st_arena_block* into, st_arena_block* from)
   into->stamp = ST_MAX(into->stamp, from->stamp);
 }
 
-/* Marks b free, merged with free neighbours. */
+/* Marks b free, merged with free neighbours. The merged block keeps a neighbour's place in the
+ * treap by start (`placed`: the previous block's, or b takes the next one's). */
 static st_arena_block* coalesce(st_arena* a, st_arena_block* b) {
+  bool placed = false;
   st_arena_block* p = b->prev;
   if (mergeable(a, p, b)) { /* merge into the previous block */
     merge_stamp(a, p, b);
-    unlist(a, p);
+    a->free_root = tr_remove(BY_SIZE, a->free_root, p);
+    placed = a->by_address;
     p->size += b->size;
     p->next = b->next;
     if (b->next) b->next->prev = p;
@@ -760,14 +802,23 @@ static st_arena_block* coalesce(st_arena* a, st_arena_block* b) {
   st_arena_block* n = b->next;
   if (mergeable(a, n, b)) {
     merge_stamp(a, b, n);
-    unlist(a, n);
+    a->free_root = tr_remove(BY_SIZE, a->free_root, n);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
     if (a->last == n) a->last = b;
+    if (placed) a->addr_root = tr_remove(BY_START, a->addr_root, n);
+    else if (a->by_address) { /* b takes n's place: nothing free lies between them */
+      take_place(a, n, b);
+      placed = true;
+    }
     block_drop(a, n);
   }
-  make_free(a, b);
+  if (!placed) make_free(a, b);
+  else {
+    if (b == p) take_place(a, b, b); /* it kept its place and grew */
+    list_by_size(a, b);
+  }
   return b;
 }
 
@@ -836,12 +887,16 @@ void st_arena_destroy(st_arena* a) {
 
 /* Cuts [start, start + need) out of b (a block off the free treaps that holds it): what lies
  * before and after stays free. False: no host memory for a block (b is free again). */
-static bool split_out(st_arena* a, st_arena_block* b, uint64_t start, uint64_t need) {
+/* Free block b, off the treap by size (and off the one by start, unless `placed`: then it still
+ * sits there and the first piece split off it takes its place), becomes [start, start + need);
+ * the bytes before and after stay free. false (b free again): no host memory. */
+static bool split_out(st_arena* a, st_arena_block* b, uint64_t start, uint64_t need, bool placed) {
   uint64_t front = start - b->start;
   if (front) { /* the bytes below start stay free */
     st_arena_block* f = block_new(a);
     if (!f) {
-      make_free(a, b);
+      if (placed) list_by_size(a, b);
+      else make_free(a, b);
       return false;
     }
     f->start = b->start;
@@ -852,9 +907,10 @@ static bool split_out(st_arena* a, st_arena_block* b, uint64_t start, uint64_t n
     f->next = b;
     if (b->prev) b->prev->next = f;
     b->prev = f;
+    free_piece(a, f, placed ? b : NULL);
+    placed = false;
     b->start += front;
     b->size -= front;
-    make_free(a, f);
   }
   if (b->size - need >= a->alignment) { /* split: the rest stays free */
     st_arena_block* r = block_new(a);
@@ -868,10 +924,12 @@ static bool split_out(st_arena* a, st_arena_block* b, uint64_t start, uint64_t n
       if (b->next) b->next->prev = r;
       b->next = r;
       if (a->last == b) a->last = r;
+      free_piece(a, r, placed ? b : NULL);
+      placed = false;
       b->size = need;
-      make_free(a, r);
     }
   }
+  if (placed) a->addr_root = tr_remove(BY_START, a->addr_root, b);
   return true;
 }
 
@@ -957,8 +1015,10 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
     b = skipped < 64 ? next_key(a->free_root, b) : NULL;
   if (b && a->fit_candidates > 1) b = fewest_unmapped(a, b, need, align, stream);
   uint64_t start = 0;
+  bool placed = false; /* b stays in the treap by start for split_out */
   if (b) {
-    unlist(a, b);
+    a->free_root = tr_remove(BY_SIZE, a->free_root, b);
+    placed = a->by_address;
     start = start_in(a, b, need, align);
   } else {
     /* the top grows: from its free block if it has one */
@@ -971,7 +1031,7 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
     if (!(b = grow_top(a, last_free, end, grew))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
     start = st_align_up(b->start, align);
   }
-  if (!split_out(a, b, start, need))
+  if (!split_out(a, b, start, need, placed))
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   *out = b;
   return STALLOC_OK;
@@ -988,15 +1048,17 @@ static bool carve_at(st_arena* a, uint64_t at, uint64_t need, uint64_t stream, s
     b = at_find(a->addr_root, at);
     if (!b || !usable(a, b, stream)) return false;
   }
+  bool placed = false; /* b stays in the treap by start for split_out */
   if (at + need <= a->top) {
     if (at + need > b->start + b->size) return false;
-    unlist(a, b);
+    a->free_root = tr_remove(BY_SIZE, a->free_root, b);
+    placed = true;
   } else { /* it passes the top: from the free block that ends there, if any */
     bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
     if (b && b != a->last) return false;
     if (!(b = grow_top(a, last_free, at + need, grew))) return false;
   }
-  if (!split_out(a, b, at, need)) return false;
+  if (!split_out(a, b, at, need, placed)) return false;
   *out = b;
   return true;
 }

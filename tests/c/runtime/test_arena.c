@@ -539,6 +539,7 @@ static void test_lowest_fit_matches_a_scan(void) {
     rng = rng * 1664525u + 1013904223u;
     bool small = (rng >> 31) != 0;
     uint64_t size = small ? 512 + (rng >> 8) % (G / 4 - 1024) : G / 4 + (rng >> 8) % (6 * MiB);
+    if (!small && (rng & 0x300) == 0) size = G * (1 + (rng >> 10) % 3); /* on a boundary: split twice */
     uint64_t need = (size + 511) & ~511ull;
     /* the lowest free block of at least need bytes, from the gaps between live blocks */
     size_t n = st_arena_taken(f.arena, starts, sizes, tags, SLOTS);
