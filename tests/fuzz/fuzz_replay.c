@@ -10,7 +10,10 @@
  *   bytes 2-3: size = (byte2 + 1) << (byte3 & 63), wrapping past 2^64 on purpose; bit 6 of
  *           byte 3 on a free: size 0 (a free need not repeat its size)
  * Parameter byte: bit 0 detect_period, bit 1 classify, bit 2 reuse_space, bit 3 tolerate_sizes,
- * bit 4 use_step_markers, bit 5 replay on the host backend with the data check.
+ * bit 4 use_step_markers, bit 5 replay on the host backend with the data check, bit 6 replay a
+ * third time through the online lifecycle (runtime/online.c: recording, planning, the switch,
+ * the growable pool with its layout hints, shape rules and lowest fit), bit 7 model a GPU that
+ * runs behind the host (device_lag, on the virtual backend).
  * A trace the append accepts must plan, and its replays must never report an overlap or a
  * damaged block (STALLOC_ERR_INTERNAL). */
 #include "fuzz_input.h"
@@ -74,11 +77,17 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.check_data = 1;
     if (sum.lower_bound > (64u << 20)) o.backend = STALLOC_BACKEND_VIRTUAL, o.check_data = 0;
   }
-  for (int with_plan = 0; with_plan < 2; with_plan++) {
-    if (with_plan && !plan) break;
+  if ((param & 128) && o.backend == STALLOC_BACKEND_VIRTUAL) o.device_lag = 4;
+  for (int run = 0; run < 3; run++) {
+    if (run == 1 && !plan) continue;
+    if (run == 2) {
+      if (!(param & 64)) break;
+      o.online = 1;
+      o.online_params.time_limit = 0; /* the greedy placement, as above */
+    }
     stalloc_replay_result_t r;
     stalloc_replay_result_init(&r);
-    s = stalloc_replay(t, with_plan ? plan : NULL, &o, &r);
+    s = stalloc_replay(t, run == 1 ? plan : NULL, &o, &r);
     FUZZ_ASSERT(s != STALLOC_ERR_INTERNAL);
     if (s == STALLOC_OK) {
       FUZZ_ASSERT(r.lower_bound == sum.lower_bound);

@@ -21,14 +21,15 @@ CORPUS = HERE / "corpus"
 TRACES = HERE.parents[1] / "tests" / "data" / "traces"
 
 
-def periodic_rows(steps: int = 4):
+def periodic_rows(steps: int = 4, scale: int = 1):
     """A small training loop: a weight and a tiny buffer that live on, per step a few
-    activations (one of varying size, one freed in the next step)."""
+    activations (one of varying size, one freed in the next step); sizes times `scale`."""
     rows, rid, carried = [], 0, None
 
     def alloc(size):
         nonlocal rid
         rid += 1
+        size *= scale
         rows.append((rid, size, 0, 0, 0, 0, ALLOC, 0))
         return rid, size
 
@@ -90,6 +91,10 @@ def main() -> None:
         write("fuzz_replay", "loop_default", b"\x17" + compact(periodic_rows()))
         write("fuzz_replay", "loop_host", b"\x37" + compact(periodic_rows(3)))
         write("fuzz_replay", "loop_tolerant", b"\x1f" + compact(periodic_rows(6)))
+        # Online (bit 6), sizes from 8 KiB to 32 MiB so the growable pool maps granules and
+        # small requests go low; with a lagging device too (bit 7).
+        write("fuzz_replay", "loop_online", b"\x57" + compact(periodic_rows(8, 32)))
+        write("fuzz_replay", "loop_online_lag", b"\xdf" + compact(periodic_rows(8, 32)))
         write("fuzz_replay", "gpt2_prefix", b"\x17" + compact(np.asarray(gpt2.events)[:120]))
     for name, values in (("defaults", [""] * 8),
                          ("sizes", ["virtual", "0", "4KiB", "1g", "64 MiB", "", "32", "1"]),
