@@ -45,6 +45,8 @@ typedef struct hint_job {
   double seconds;
   bool ok;
   bool predicted;        /* sizes the rules foretold for step `step` (shapes.h) */
+  uint32_t repeated, changed; /* the run's steps so far that repeated their kind's step before,
+                                 and that changed where no rule says (st_hints.repeated) */
   uint32_t step;
   atomic_int done;
 } hint_job;
@@ -82,6 +84,11 @@ struct st_hints {
   bool resting;          /* the step under way goes without hints, foretold ones included: its
                             kind backs off because foretold hints missed */
   uint32_t hits, misses;
+  /* Steps of a kind seen before: those whose sizes repeated the step before of their kind (or
+   * changed only as the shape rules foretell), and those that changed at two positions or more
+   * with no rule (an MoE gate routing sizes): how likely a step is to follow its hints to the
+   * end (layout_at_risk). */
+  uint32_t repeated, changed;
   hint_job* job;
   /* A layout of the step that ended, started once the next step's request at the kind's key
    * position says its shape (shapes.h): a shape no step had before is placed as itself. */
@@ -292,9 +299,10 @@ void st_hints_spoil(st_hints* h) { h->spoiled = true; }
 bool st_hints_wants_layout(const st_hints* h) { return !h->spoiled && h->n && !h->job; }
 
 /* The most bytes of granules the step needed, replayed on a private arena over the virtual
- * backend (nothing mapped for real) with the blocks in use where they are, each request at its
- * hinted offset (offsets non-NULL) or by best fit; 0 if the replay could not run. */
-static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets) {
+ * backend (nothing mapped for real) with the blocks in use where they are, each of its first
+ * `hinted` requests at its hinted offset (offsets non-NULL), the others by best fit; 0 if the
+ * replay could not run. */
+static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets, size_t hinted) {
   size_t n = job->requests;
   uint64_t top = 0, sum = 0;
   for (size_t i = 0; i < job->count; i++) {
@@ -331,7 +339,7 @@ static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets) {
       if (blocks[order[next]]) st_arena_free(arena, blocks[order[next]], 0);
     const st_place_item* it = &job->items[t];
     if (!it->size) continue; /* a request left out (place_outliving_last) */
-    if (!(offsets && st_arena_alloc_at(arena, offsets[t], it->size, 0, &p, &blocks[t])) &&
+    if (!(offsets && t < hinted && st_arena_alloc_at(arena, offsets[t], it->size, 0, &p, &blocks[t])) &&
         st_arena_alloc(arena, it->size, 0, &p, &blocks[t]))
       goto out;
   }
@@ -376,10 +384,10 @@ static void place_outliving_last(hint_job* job) {
     kind[j] = outlives(job, j) ? OUTLIVES : job->items[j].fixed_offset == PLACE_FREE ? FREE_FIRST : PLACED_FIXED;
     if (kind[j] == OUTLIVES) job->items[j].size = 0;
   }
-  job->hinted_alone = replayed_peak(job, job->offsets);
-  job->best_fit_alone = replayed_peak(job, NULL);
+  job->hinted_alone = replayed_peak(job, job->offsets, n);
+  job->best_fit_alone = replayed_peak(job, NULL, 0);
   bool ok = place_all(job, two);
-  uint64_t two_alone = ok ? replayed_peak(job, two) : 0;
+  uint64_t two_alone = ok ? replayed_peak(job, two, n) : 0;
   for (size_t j = 0; j < n; j++) {
     job->items[j].size = size[j];
     if (ok && kind[j] == FREE_FIRST) job->items[j].fixed_offset = two[j];
@@ -387,7 +395,7 @@ static void place_outliving_last(hint_job* job) {
   ok = ok && place_all(job, two);
   for (size_t j = 0; j < n; j++)
     if (kind[j] == FREE_FIRST) job->items[j].fixed_offset = PLACE_FREE;
-  uint64_t two_with = ok ? replayed_peak(job, two) : 0;
+  uint64_t two_with = ok ? replayed_peak(job, two, n) : 0;
   if (two_alone && two_with &&
       (!job->hinted_alone || two_alone < job->hinted_alone || (two_alone == job->hinted_alone && two_with < job->hinted))) {
     memcpy(job->offsets, two, job->count * sizeof *two);
@@ -400,20 +408,51 @@ out:
   free(kind);
 }
 
+/* Hints stop where a step stops matching them (an MoE gate routes other sizes), and the blocks
+ * placed by then stay where the layout put them, around which best fit can do worse than it
+ * would alone (Mixtral at 32x: 12 MiB worse, from some 80 hinted blocks). So the layout is also
+ * replayed followed for the first 1/32, 1/16, ..., 1/2 of the step and by best fit after: it is
+ * at risk when the worst of those loses more against best fit alone than following it to the
+ * end gains, weighed by the odds that a step follows to the end, (repeated + 2) to (changed +
+ * 1) over the run's steps so far: 2 to 1 before any (the warm-up's layout, which the first
+ * full step follows). Measured (docs/online.md, "Layouts at risk"). `with`: the replays with
+ * the requests that outlive the step (else without them, as place_outliving_last). */
+static bool layout_at_risk(hint_job* job, bool with) {
+  size_t n = job->requests;
+  uint64_t* saved = NULL;
+  if (!with) {
+    if (!(saved = malloc((n ? n : 1) * sizeof *saved))) return false;
+    for (size_t j = 0; j < n; j++) {
+      saved[j] = job->items[j].size;
+      if (outlives(job, j)) job->items[j].size = 0;
+    }
+  }
+  uint64_t bound = with ? job->best_fit : job->best_fit_alone;
+  uint64_t gain = bound - (with ? job->hinted : job->hinted_alone), worst = 0;
+  for (size_t part = 32; part >= 2; part /= 2) worst = ST_MAX(worst, replayed_peak(job, job->offsets, n / part));
+  if (saved) {
+    for (size_t j = 0; j < n; j++) job->items[j].size = saved[j];
+    free(saved);
+  }
+  return worst > bound && (double)(worst - bound) * (job->changed + 1.0) > (double)gain * (job->repeated + 2.0);
+}
+
 static void* place_thread(void* arg) {
   hint_job* job = arg;
   double t0 = st_now();
   job->ok = place_all(job, job->offsets);
   if (job->ok) {
-    job->hinted = replayed_peak(job, job->offsets);
-    job->best_fit = replayed_peak(job, NULL);
+    size_t n = job->requests;
+    job->hinted = replayed_peak(job, job->offsets, n);
+    job->best_fit = replayed_peak(job, NULL, 0);
     bool outliving = false;
-    for (size_t j = 0; j < job->requests && !outliving; j++) outliving = outlives(job, j);
+    for (size_t j = 0; j < n && !outliving; j++) outliving = outlives(job, j);
     if (outliving) place_outliving_last(job);
     /* kept only where they beat best fit on the step they came from, with or without the
-     * requests that outlive it */
-    job->ok = (job->hinted && job->best_fit && job->hinted < job->best_fit) ||
-              (job->hinted_alone && job->best_fit_alone && job->hinted_alone < job->best_fit_alone);
+     * requests that outlive it, and are not at risk where a step follows them only in part */
+    bool with = job->hinted && job->best_fit && job->hinted < job->best_fit;
+    job->ok = (with || (job->hinted_alone && job->best_fit_alone && job->hinted_alone < job->best_fit_alone)) &&
+              !layout_at_risk(job, with);
   }
   st_clear_error();
   job->seconds = st_now() - t0;
@@ -472,6 +511,8 @@ static uint32_t* predict_frees(const st_hints* h) {
 
 static void start(st_hints* h, hint_job* job) {
   h->job = job;
+  job->repeated = h->repeated;
+  job->changed = h->changed;
   if (pthread_create(&h->thread, NULL, place_thread, job) == 0) h->thread_live = true;
   else place_thread(job);
 }
@@ -600,7 +641,11 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   }
   free_job(h->pending); /* the step had no request at its key position */
   h->pending = NULL;
-  if (!h->spoiled) st_shapes_learn(h->shapes, h->asked, h->n);
+  if (!h->spoiled) {
+    ptrdiff_t unexplained = st_shapes_learn(h->shapes, h->asked, h->n);
+    if (unexplained >= 2) h->changed++; /* hints stop at their second miss */
+    else if (unexplained >= 0) h->repeated++;
+  }
   hint_job* job = starts && st_hints_wants_layout(h) ? make_job(h, starts, sizes, tags, count) : NULL;
   size_t key = job && expected == h->n ? st_shapes_key_position(h->shapes, h->n) : ST_SHAPE_NONE;
   if (key != ST_SHAPE_NONE) { /* started at the next step's key position */

@@ -84,7 +84,7 @@ static kind_shape* add_kind(st_shapes* s, const uint64_t* sizes, size_t n) {
 
 /* Learns the rules of kind k (n allocs) from a step whose sizes by position were `was_sizes` to
  * one where they are `sizes`, over the first `common` positions (the others are unexplained). */
-static void learn_change(kind_shape* k, const uint64_t* was_sizes, const uint64_t* sizes, size_t n, size_t common) {
+static size_t learn_change(kind_shape* k, const uint64_t* was_sizes, const uint64_t* sizes, size_t n, size_t common) {
   size_t unexplained = n - common;
   for (size_t j = 0; j < common; j++) {
     uint64_t was = was_sizes[j], now = sizes[j];
@@ -116,10 +116,11 @@ static void learn_change(kind_shape* k, const uint64_t* was_sizes, const uint64_
    * is not foretold, as the hints stop when more than a quarter of them miss. */
   k->explained = unexplained <= n / 4;
   memcpy(k->size, sizes, n * sizeof *sizes);
+  return unexplained;
 }
 
-void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
-  if (!s || !n) return;
+ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
+  if (!s || !n) return -1;
   s->clock++;
   kind_shape* k = (kind_shape*)find(s, n);
   if (!k) {
@@ -133,14 +134,14 @@ void st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
     size_t common = before ? ST_MIN(n, before->n) : 0;
     if (before && 4 * common < 3 * ST_MAX(n, before->n)) before = NULL;
     /* add_kind gives the place of the kind seen longest ago: never the one seen last */
-    if (!(k = add_kind(s, sizes, n))) return;
+    if (!(k = add_kind(s, sizes, n))) return -1;
     k->seen = s->clock;
     if (before) learn_change(k, before->size, sizes, n, common);
-    return;
+    return -1;
   }
   k->seen = s->clock;
-  if (memcmp(sizes, k->size, n * sizeof *sizes) == 0) return; /* the same shape: nothing to learn */
-  learn_change(k, k->size, sizes, n, n);
+  if (memcmp(sizes, k->size, n * sizeof *sizes) == 0) return 0; /* the same shape: nothing to learn */
+  return (ptrdiff_t)learn_change(k, k->size, sizes, n, n);
 }
 
 size_t st_shapes_key_position(const st_shapes* s, size_t n) {
