@@ -885,8 +885,6 @@ void st_arena_destroy(st_arena* a) {
   free(a);
 }
 
-/* Cuts [start, start + need) out of b (a block off the free treaps that holds it): what lies
- * before and after stays free. False: no host memory for a block (b is free again). */
 /* Free block b, off the treap by size (and off the one by start, unless `placed`: then it still
  * sits there and the first piece split off it takes its place), becomes [start, start + need);
  * the bytes before and after stay free. false (b free again): no host memory. */
