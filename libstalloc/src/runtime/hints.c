@@ -437,10 +437,23 @@ static bool layout_at_risk(hint_job* job, bool with) {
   return worst > bound && (double)(worst - bound) * (job->changed + 1.0) > (double)gain * (job->repeated + 2.0);
 }
 
+/* A replay maps and counts every 2 MiB granule its blocks touch, and a layout takes up to eleven
+ * replays. A step whose blocks would touch more than REPLAY_GRANULES granules in all (16 TiB
+ * allocated in one step, past any device; fuzzed traces ask for it) is not judged, and keeps no
+ * hints: its replays would hold the hints' thread for seconds to minutes. */
+#define REPLAY_GRANULES (1ull << 23)
+
+static bool too_large_to_replay(const hint_job* job) {
+  uint64_t granules = 0;
+  for (size_t i = 0; i < job->count && granules <= REPLAY_GRANULES; i++)
+    granules += job->items[i].size / (2ull << 20) + 2; /* a block straddles one more at each end */
+  return granules > REPLAY_GRANULES;
+}
+
 static void* place_thread(void* arg) {
   hint_job* job = arg;
   double t0 = st_now();
-  job->ok = place_all(job, job->offsets);
+  job->ok = !too_large_to_replay(job) && place_all(job, job->offsets);
   if (job->ok) {
     size_t n = job->requests;
     job->hinted = replayed_peak(job, job->offsets, n);
