@@ -441,8 +441,10 @@ def test_a_new_kinds_second_step_takes_its_hints_when_the_old_kind_is_expected()
     new_kind = reserved[-4:]  # the four steps of the batch of 4
     assert max(new_kind[1:]) <= new_kind[0]
     # expandable segments: 24.57 MiB; 10.57 until small requests went to the lowest free block
-    # that fits (docs/online.md, "Small requests go low"), 18.57 since
-    assert r["peak_reserved"] - r["peak_allocated"] <= 20 << 20
+    # that fits (docs/online.md, "Small requests go low"), 18.57 since, and 10.57 again since a
+    # single larger request among a step's first ones leaves the plan (runtime.c, OUTGROWN):
+    # at most half of expandable segments' waste
+    assert r["peak_reserved"] - r["peak_allocated"] <= 12 << 20
 
 
 def padded_run(steps, layers=10, weights=8) -> Trace:

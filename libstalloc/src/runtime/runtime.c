@@ -36,8 +36,12 @@
  * expected at the cursor, and more than a OUTGROWN_SHARE-th as many as the step's hits so far:
  * the growable pool then serves the rest of the step, since the plan's layout no longer holds
  * there. A step that merely resyncs (a request added or dropped) has hits to show for it; an
- * exact plan's larger requests are requests resized, which resyncing handles. */
-#define OUTGROWN 2
+ * exact plan's larger requests are requests resized, which resyncing handles. One is enough
+ * among a step's first requests (fewer than OUTGROWN_SHARE hits): a new shape shows from the
+ * first input, and waiting for a second put the blocks between at planned offsets, each then
+ * holding a granule of the plan's region alone beside a step served by the pool (llama_ramp at
+ * 256x: 18.57 -> 10.57 MiB, docs/online.md). Further on, the share decides as before. */
+#define OUTGROWN 1
 #define OUTGROWN_SHARE 4
 #define LOST_IN_POOL 8 /* misses in a row after which the plan's slots are not being claimed
                           (a step of another kind): misses then go into the pool's free space */
