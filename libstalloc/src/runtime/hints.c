@@ -373,25 +373,39 @@ enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
  * the boundary), and the placement, held only to that higher peak, leaves the step's own peak
  * loose. So the step is also placed without them, and they go around it after. The layout whose
  * replay needs fewer granules when they are not made again is kept (ties: when they are). */
+/* The requests that outlive the step (`outlives`) left out: their sizes set to 0, the sizes of
+ * all kept for restore_sizes. NULL (nothing changed): no host memory. */
+static uint64_t* hide_outliving(hint_job* job) {
+  size_t n = job->requests;
+  uint64_t* saved = malloc((n ? n : 1) * sizeof *saved);
+  if (saved)
+    for (size_t j = 0; j < n; j++) {
+      saved[j] = job->items[j].size;
+      if (outlives(job, j)) job->items[j].size = 0;
+    }
+  return saved;
+}
+
+static void restore_sizes(hint_job* job, uint64_t* saved) {
+  for (size_t j = 0; j < job->requests; j++) job->items[j].size = saved[j];
+  free(saved);
+}
+
 static void place_outliving_last(hint_job* job) {
   size_t n = job->requests;
-  uint64_t* size = malloc((n ? n : 1) * sizeof *size);
   uint64_t* two = malloc((job->count ? job->count : 1) * sizeof *two);
   uint8_t* kind = malloc(n ? n : 1);
-  if (!size || !two || !kind) goto out;
-  for (size_t j = 0; j < n; j++) {
-    size[j] = job->items[j].size;
+  uint64_t* size = two && kind ? hide_outliving(job) : NULL;
+  if (!size) goto out;
+  for (size_t j = 0; j < n; j++)
     kind[j] = outlives(job, j) ? OUTLIVES : job->items[j].fixed_offset == PLACE_FREE ? FREE_FIRST : PLACED_FIXED;
-    if (kind[j] == OUTLIVES) job->items[j].size = 0;
-  }
   job->hinted_alone = replayed_peak(job, job->offsets, n);
   job->best_fit_alone = replayed_peak(job, NULL, 0);
   bool ok = place_all(job, two);
   uint64_t two_alone = ok ? replayed_peak(job, two, n) : 0;
-  for (size_t j = 0; j < n; j++) {
-    job->items[j].size = size[j];
+  restore_sizes(job, size);
+  for (size_t j = 0; j < n; j++)
     if (ok && kind[j] == FREE_FIRST) job->items[j].fixed_offset = two[j];
-  }
   ok = ok && place_all(job, two);
   for (size_t j = 0; j < n; j++)
     if (kind[j] == FREE_FIRST) job->items[j].fixed_offset = PLACE_FREE;
@@ -403,7 +417,6 @@ static void place_outliving_last(hint_job* job) {
     job->hinted_alone = two_alone;
   }
 out:
-  free(size);
   free(two);
   free(kind);
 }
@@ -420,20 +433,11 @@ out:
 static bool layout_at_risk(hint_job* job, bool with) {
   size_t n = job->requests;
   uint64_t* saved = NULL;
-  if (!with) {
-    if (!(saved = malloc((n ? n : 1) * sizeof *saved))) return false;
-    for (size_t j = 0; j < n; j++) {
-      saved[j] = job->items[j].size;
-      if (outlives(job, j)) job->items[j].size = 0;
-    }
-  }
+  if (!with && !(saved = hide_outliving(job))) return false;
   uint64_t bound = with ? job->best_fit : job->best_fit_alone;
   uint64_t gain = bound - (with ? job->hinted : job->hinted_alone), worst = 0;
   for (size_t part = 32; part >= 2; part /= 2) worst = ST_MAX(worst, replayed_peak(job, job->offsets, n / part));
-  if (saved) {
-    for (size_t j = 0; j < n; j++) job->items[j].size = saved[j];
-    free(saved);
-  }
+  if (saved) restore_sizes(job, saved);
   return worst > bound && (double)(worst - bound) * (job->changed + 1.0) > (double)gain * (job->repeated + 2.0);
 }
 
