@@ -35,6 +35,7 @@ import warnings
 
 import numpy as np
 
+from .errors import InvalidArgumentError
 from .plan import Plan, plan as make_plan
 from .trace import ALLOC, FREE, FLAG_UNMATCHED, STEP, Trace
 
@@ -129,12 +130,30 @@ class PlanSession:
             allocator.online_start(**params)
             self.plan_source = "online"
             self._saving = bool(save and self.plan_file)
-            if self._saving:  # the whole recorded run, planned for the next run
-                allocator.record_start(self.trace_path)
+            if self._saving and not self._record():  # the whole recorded run, planned for the next run
+                self._saving = False
+                self.save_skipped = ("the allocator was already recording a trace of its own "
+                                     "(STALLOC_RECORD_PATH): plan that trace for the next run")
+                self._planned.set()
             allocator.step(0)
             return
-        allocator.record_start(self.trace_path)
+        if not self._record():
+            self.state = FAILED
+            self.error = RuntimeError("the allocator was already recording a trace of its own "
+                                      "(STALLOC_RECORD_PATH), so the session could not record")
+            warnings.warn(f"stalloc: {self.error}; the run goes on with the fallback pool (the "
+                          "online lifecycle has no such limit)", RuntimeWarning, stacklevel=2)
         allocator.step(0)
+
+    def _record(self) -> bool:
+        """Starts the session's recording; False where the allocator already records (its
+        record_path, STALLOC_RECORD_PATH: the user's own trace of the whole run). One recorder
+        per allocator, and stopping it is the user's, so the session leaves it alone."""
+        try:
+            self.allocator.record_start(self.trace_path)
+        except InvalidArgumentError:
+            return False
+        return True
 
     @property
     def state(self) -> str:

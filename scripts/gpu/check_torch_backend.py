@@ -81,6 +81,20 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
             "peak_reserved": peak_res, "gpu": torch.cuda.get_device_name(), **extra}
 
 
+def plan_recorded(trace_path: str, plan_dir: str) -> None:
+    """A recorded run saves no plan of its own (the allocator's one recorder writes the trace):
+    plan the trace for the stalloc-saved run, as the session would have, unless steps vary."""
+    import stalloc
+    from stalloc.session import rank_plan_path, steps_vary
+
+    path = rank_plan_path(plan_dir, 0)
+    if os.path.exists(path) or not os.path.exists(trace_path):
+        return
+    trace = stalloc.load_trace(trace_path)
+    if not steps_vary(trace):
+        stalloc.plan(trace).save(path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50)
@@ -114,6 +128,8 @@ def main() -> int:
                 continue
             runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(runs[mode])
+            if args.record and mode == "stalloc-record":
+                plan_recorded(os.path.join(args.record, f"{variant}.stalloc"), plan_dir)
         if "pytorch" not in runs:
             continue
         base = runs["pytorch"]

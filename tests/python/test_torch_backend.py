@@ -394,6 +394,31 @@ def test_no_saved_plan_from_a_run_that_changes_shape(tmp_path):
         session.close()
 
 
+def test_a_run_recorded_by_the_user_still_runs(tmp_path):
+    # STALLOC_RECORD_PATH (the allocator's record_path) holds the allocator's one recorder for
+    # the whole run: a session that would also record (to save a plan, or offline to plan)
+    # leaves it alone and says why, rather than failing the run at enable().
+    from test_online import shaped_run
+
+    path = tmp_path / "steady.npz"
+    shaped_run([1, 1, 1, 1, 1]).save(str(path))
+    for online in (True, False):
+        mine = tmp_path / f"mine_{online}.stalloc"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            session, stats = drive(path, plan_path=tmp_path / f"plans_{online}", online=online,
+                                   record_path=mine)
+        if online:  # the lifecycle records in memory: planned and served as without the file
+            assert "STALLOC_RECORD_PATH" in session.save_skipped and stats.plan_hits > 0
+            assert not (tmp_path / "plans_True" / "rank0.stplan").exists()
+        else:  # the offline session has nothing to plan from: the fallback pool serves, warned
+            assert session.state == "failed" and stats.plan_hits == 0
+            assert any("already recording" in str(w.message) for w in caught)
+        session.close()
+        session.allocator.record_stop()  # the user's recording, finished by its owner
+        assert stalloc.load_trace(mine).summary().requests == stalloc.load_trace(path).summary().requests
+
+
 def test_layout_hints_through_pytorch(tmp_path):
     # The growable pool's layout hints under the PyTorch entry points (host backend, every
     # block patterned and checked at free): a 1F1B run at 16x the sizes (about 80 MiB), where

@@ -12,11 +12,11 @@ from stalloc.trace import ALLOC, FREE, STEP
 
 
 def drive(trace_path, plan_path=None, rank=0, record_steps=3, background=False, check_data=True,
-          online=False, growable_pool=None):
+          online=False, growable_pool=None, record_path=None):
     """Returns (session, stats) after replaying the trace through the PyTorch entry points on
     the host backend. With check_data, every block gets a pattern that is verified at free."""
     trace = stalloc.load_trace(trace_path)
-    a = stalloc.Allocator(backend="host", growable_pool=growable_pool)
+    a = stalloc.Allocator(backend="host", growable_pool=growable_pool, record_path=record_path)
     lib.stalloc_torch_register(0, a._h())
     session = PlanSession(a, record_steps=record_steps, plan_path=plan_path, rank=rank,
                           background=background, online=online)
