@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zipfile
 import zlib
 from typing import Callable
 
@@ -35,15 +36,18 @@ def _load_npz(path) -> Trace:
         if f.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):
             raise ValueError(f"{path}: not an .npz archive (no zip header); "
                              f"its content says format {_detect_or_unknown(path)!r}")
-    with np.load(path, allow_pickle=False) as data:
-        if "events" not in data:
-            raise ValueError(f"{path}: an .npz trace needs an 'events' array")
-        try:
-            events = data["events"]
-        except ValueError as e:  # an object array: numpy's message would suggest allow_pickle
-            raise ValueError(f"{path}: the 'events' array holds Python objects, "
-                             f"not {len(EVENT_DTYPE)} numeric fields") from e
-        return Trace.from_events(events)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if "events" not in data:
+                raise ValueError(f"{path}: an .npz trace needs an 'events' array")
+            try:
+                events = data["events"]
+            except ValueError as e:  # an object array: numpy's message would suggest allow_pickle
+                raise ValueError(f"{path}: the 'events' array holds Python objects, "
+                                 f"not {len(EVENT_DTYPE)} numeric fields") from e
+    except (zipfile.BadZipFile, EOFError, zlib.error) as e:  # cut short or damaged: say which file
+        raise ValueError(f"{path}: a damaged .npz archive ({e})") from e
+    return Trace.from_events(events)
 
 
 def _detect_or_unknown(path) -> str:

@@ -111,6 +111,17 @@ def test_smaller_input_problems_name_the_file_and_the_cause(tmp_path):
     with pytest.raises(ValueError, match="holds Python objects") as e:
         stalloc.load_trace(objs)
     assert "allow_pickle" not in str(e.value)
+    # An .npz cut short or with a damaged member: the error names the file.
+    whole = tmp_path / "whole.npz"
+    np.savez_compressed(whole, events=np.zeros(1000, dtype=stalloc.trace.EVENT_DTYPE))
+    data = whole.read_bytes()
+    damaged = bytearray(data)
+    damaged[len(data) // 3: len(data) // 3 + 16] = bytes(16)  # inside the compressed member
+    for name, content in (("cut.npz", data[: len(data) // 2]), ("damaged.npz", bytes(damaged))):
+        bad = tmp_path / name
+        bad.write_bytes(content)
+        with pytest.raises(ValueError, match=f"{name}: a damaged .npz archive"):
+            stalloc.load_trace(bad)
 
 
 def test_reserved_trace_header_fields_are_checked(tmp_path):
