@@ -11,7 +11,6 @@
 
 #include "backends/virtual.h"
 
-#define MAP_GRANULE (2ull << 20) /* cuMemGetAllocationGranularity's answer on current GPUs */
 
 typedef struct range {
   uint64_t start, size;
@@ -54,7 +53,7 @@ static stalloc_status_t virtual_create(const stalloc_options_t* options, void** 
   v->free_ranges[0] = (range){lead, capacity - lead};
   v->lag = options->virtual_lag > 0 ? (uint64_t)options->virtual_lag : 0;
   *state = v;
-  *caps = (backend_caps){.granularity = 4096, .can_grow = true, .map_granularity = MAP_GRANULE};
+  *caps = (backend_caps){.granularity = 4096, .can_grow = true, .map_granularity = ST_VIRTUAL_GRANULE};
   return STALLOC_OK;
 }
 
@@ -136,10 +135,10 @@ static stalloc_status_t virtual_free(void* state, void* ptr, uint64_t size) {
 }
 
 static stalloc_status_t virtual_reserve(void* state, uint64_t size, void** base) {
-  if (!size || size % MAP_GRANULE)
+  if (!size || size % ST_VIRTUAL_GRANULE)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "virtual backend: reserve(%llu): not a multiple of the 2 MiB granularity",
                    (unsigned long long)size);
-  return virtual_alloc(state, size, MAP_GRANULE, 0, base);
+  return virtual_alloc(state, size, ST_VIRTUAL_GRANULE, 0, base);
 }
 
 static stalloc_status_t virtual_release(void* state, void* base, uint64_t size) {
@@ -150,7 +149,7 @@ static stalloc_status_t virtual_release(void* state, void* base, uint64_t size) 
 static stalloc_status_t virtual_map(void* state, void* at, uint64_t size) {
   virtual_state* v = state;
   uint64_t off = (uint64_t)((uint8_t*)at - v->base);
-  if (!size || size % MAP_GRANULE || (uint64_t)(uintptr_t)at % MAP_GRANULE || off > v->capacity ||
+  if (!size || size % ST_VIRTUAL_GRANULE || (uint64_t)(uintptr_t)at % ST_VIRTUAL_GRANULE || off > v->capacity ||
       size > v->capacity - off)
     return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "virtual backend: map(%p, %llu): not whole 2 MiB granules of the range",
                    at, (unsigned long long)size);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/virtual.h"
 #include "base/clock.h"
 #include "base/grow.h"
 #include "plan/place.h"
@@ -313,7 +314,7 @@ static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets, size
   stalloc_options_t o;
   stalloc_options_init(&o);
   o.backend = STALLOC_BACKEND_VIRTUAL;
-  o.virtual_capacity = st_align_up(top + sum + job->alignment, 2ull << 20) + (4ull << 20);
+  o.virtual_capacity = st_align_up(top + sum + job->alignment, ST_VIRTUAL_GRANULE) + 2 * ST_VIRTUAL_GRANULE;
   const backend_ops* ops = st_backend_get(STALLOC_BACKEND_VIRTUAL);
   void* backend = NULL;
   backend_caps caps;
@@ -324,7 +325,7 @@ static uint64_t replayed_peak(const hint_job* job, const uint64_t* offsets, size
   size_t* order = malloc((job->count ? job->count : 1) * sizeof *order);
   uint64_t peak = 0;
   if (!blocks || !by_free || !order || ops->create(&o, &backend, &caps)) goto out;
-  if (st_arena_create(ops, backend, &caps, job->alignment, o.virtual_capacity - (2ull << 20), &budget, &arena)) goto out;
+  if (st_arena_create(ops, backend, &caps, job->alignment, o.virtual_capacity - ST_VIRTUAL_GRANULE, &budget, &arena)) goto out;
   st_arena_index_addresses(arena);
   void* p;
   for (size_t i = n; i < job->count; i++) /* the blocks in use, where they are */
@@ -450,7 +451,7 @@ static bool layout_at_risk(hint_job* job, bool with) {
 static bool too_large_to_replay(const hint_job* job) {
   uint64_t granules = 0;
   for (size_t i = 0; i < job->count && granules <= REPLAY_GRANULES; i++)
-    granules += job->items[i].size / (2ull << 20) + 2; /* a block straddles one more at each end */
+    granules += job->items[i].size / ST_VIRTUAL_GRANULE + 2; /* a block straddles one more at each end */
   return granules > REPLAY_GRANULES;
 }
 
