@@ -162,14 +162,17 @@ def step() -> None:
 
 def state() -> dict:
     """Per device: the session's state (recording, planning, planned, failed), plan source, the
-    online lifecycle's plans (Allocator.online_plans: whether each was used, and why not), how
-    many kinds of step (training, evaluation) a plan of their own serves, and the growable
-    pool's layout hints (layouts made and kept, requests they placed: docs/online.md)."""
+    plan file for the next run (``saved_plan_file`` once written, else ``save_skipped`` says
+    why none was), the online lifecycle's plans (Allocator.online_plans: whether each was used,
+    and why not), how many kinds of step (training, evaluation) a plan of their own serves, and
+    the growable pool's layout hints (layouts made and kept, requests they placed:
+    docs/online.md)."""
     out = {}
     for d, s in _sessions.items():
         info = s.allocator.online_info()
         out[d] = {"state": s.state, "steps": s.steps, "plan_source": s.plan_source,
-                  "plan_file": s.plan_file, "plans": s.allocator.online_plans(),
+                  "plan_file": s.plan_file, "saved_plan_file": s.saved_plan_file,
+                  "save_skipped": s.save_skipped, "plans": s.allocator.online_plans(),
                   "step_kinds": info["step_kinds"],
                   "layout_hints": {"layouts": info["hint_layouts"], "kept": info["hint_layouts_kept"],
                                    "placed": s.allocator.stats().hinted_allocs}}

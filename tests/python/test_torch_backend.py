@@ -411,6 +411,14 @@ def test_a_run_recorded_by_the_user_still_runs(tmp_path):
         if online:  # the lifecycle records in memory: planned and served as without the file
             assert "STALLOC_RECORD_PATH" in session.save_skipped and stats.plan_hits > 0
             assert not (tmp_path / "plans_True" / "rank0.stplan").exists()
+            from stalloc.integrations import torch_backend
+
+            torch_backend._sessions[0] = session  # what enable() keeps per device
+            try:
+                said = torch_backend.state()[0]
+                assert said["save_skipped"] == session.save_skipped and said["saved_plan_file"] is None
+            finally:
+                del torch_backend._sessions[0]
         else:  # the offline session has nothing to plan from: the fallback pool serves, warned
             assert session.state == "failed" and stats.plan_hits == 0
             assert any("already recording" in str(w.message) for w in caught)
