@@ -102,17 +102,12 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
     """
     global _hook
     torch = _torch()
+    _check_arguments(record_steps, time_limit, online)
     reason = cuda_unavailable_reason()
     if reason:
         raise RuntimeError(f"stalloc: {reason}")
     if _allocators:
         raise RuntimeError("stalloc: torch_backend.enable() was already called")
-    if isinstance(online, collections.abc.Mapping):  # bad parameters fail here, before PyTorch changes
-        probe = Allocator(backend="virtual")
-        try:
-            probe.online_start(**online)
-        finally:
-            probe.close()
     devices = list(range(torch.cuda.device_count())) if devices is None else list(devices)
     for d in devices:
         a = Allocator(backend=backend, device=d, memory_limit=memory_limit)
@@ -134,6 +129,25 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         _hook = register_optimizer_step_post_hook(lambda opt, args, kwargs: step())
+
+
+def _check_arguments(record_steps, time_limit, online) -> None:
+    """Bad arguments fail here, before PyTorch's allocator changes: it cannot change back, and a
+    second enable() would be refused. The online lifecycle checks them as the session will pass
+    them (PlanSession: its time limit at most 1 s, a dict's fields over the arguments)."""
+    if not online:
+        if record_steps < 2 or not time_limit >= 0:
+            raise ValueError(f"stalloc: record_steps must be at least 2 (got {record_steps}) and "
+                             f"time_limit at least 0 (got {time_limit})")
+        return
+    params = dict(record_steps=record_steps, time_limit=min(time_limit, 1.0))
+    if isinstance(online, collections.abc.Mapping):
+        params.update(online)
+    probe = Allocator(backend="virtual")
+    try:
+        probe.online_start(**params)
+    finally:
+        probe.close()
 
 
 def _at_exit() -> None:

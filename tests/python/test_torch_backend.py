@@ -37,6 +37,22 @@ def test_import_needs_no_torch_and_enable_explains_cpu_build():
         torch_backend.memory_stats(0)
 
 
+def test_enable_refuses_bad_arguments_before_touching_pytorch():
+    # PyTorch's allocator cannot be changed back, and a second enable() is refused: bad
+    # arguments must fail before the change, and (so) before the device is even asked about.
+    from stalloc.integrations import torch_backend
+
+    pytest.importorskip("torch")
+    for kwargs, message in (({"record_steps": 1}, "record_steps"), ({"time_limit": -1.0}, "time_limit"),
+                            ({"online": {"record_steps": 1}}, "record_steps"),
+                            ({"online": {"pool_fit": 4}}, "unknown online parameter"),
+                            ({"online": False, "record_steps": 1}, "record_steps"),
+                            ({"online": False, "time_limit": -1.0}, "time_limit")):
+        with pytest.raises(ValueError, match=message):
+            torch_backend.enable(**kwargs)
+    assert not torch_backend._allocators and not torch_backend._sessions
+
+
 def test_record_plan_switch_in_one_process(tmp_path):
     session, stats = drive(LLAMA, plan_path=tmp_path)
     assert session.state == PLANNED and session.plan_source == "planned"
