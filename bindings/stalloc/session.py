@@ -139,6 +139,7 @@ class PlanSession:
             return
         if not self._record():
             self.state = FAILED
+            self._planned.set()  # nothing will plan: wait() returns at once
             self.error = RuntimeError("the allocator was already recording a trace of its own "
                                       "(STALLOC_RECORD_PATH), so the session could not record")
             warnings.warn(f"stalloc: {self.error}; the run goes on with the fallback pool (the "
