@@ -6,7 +6,8 @@ PyTorch's default allocator, with expandable_segments:True, and with stalloc (a 
 online lifecycle, and a second run served from the saved plan from its first allocation), each
 in its own process (the allocator must be chosen before CUDA starts). Checks that losses match
 step by step (same seed, deterministic settings) and reports peak reserved against peak
-allocated, waste against expandable segments', and the median step time.
+allocated, waste against expandable segments', and the median step time (against the mean of
+PyTorch's default run first and again last, since step times drift between runs).
 
     python scripts/gpu/check_torch_backend.py [--steps 50] [--out results.json] [--record DIR]
 """
@@ -118,7 +119,9 @@ def main() -> int:
     for variant in args.variants:
         plan_dir = tempfile.mkdtemp(prefix=f"stalloc-{variant}-")
         runs = {}
-        for mode in modes:
+        # PyTorch's default runs first and again last: step times drift between runs on a shared
+        # GPU (3% and more), so the others are timed against the mean of the two
+        for mode in modes + (["pytorch"] if len(modes) > 1 else []):
             out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--child",
                                   variant, mode, plan_dir] + (["--record", args.record] if args.record else []),
                                  capture_output=True, text=True)
@@ -126,13 +129,17 @@ def main() -> int:
                 print(f"{variant} {mode} failed:\n{out.stderr}", file=sys.stderr)
                 ok = False
                 continue
-            runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-            results.append(runs[mode])
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            if mode in runs:  # the second PyTorch run
+                mode = r["mode"] = "pytorch-again"
+            runs[mode] = r
+            results.append(r)
             if args.record and mode == "stalloc-record":
                 plan_recorded(os.path.join(args.record, f"{variant}.stalloc"), plan_dir)
         if "pytorch" not in runs:
             continue
         base = runs["pytorch"]
+        base_step = statistics.mean(r["median_step_s"] for m, r in runs.items() if m in ("pytorch", "pytorch-again"))
         print(f"\n{variant} on {base['gpu']}, {args.steps} steps")
         print(f"{'allocator':<20} {'peak alloc MiB':>15} {'peak reserved MiB':>18} {'reserved/alloc':>15} "
               f"{'waste/expandable':>17} {'step ms':>8} {'vs default':>10} {'losses equal':>13}")
@@ -141,7 +148,7 @@ def main() -> int:
         for mode, r in runs.items():
             same = r["losses"] == base["losses"]
             ratio = r["peak_reserved"] / r["peak_allocated"]
-            speed = r["median_step_s"] / base["median_step_s"]
+            speed = r["median_step_s"] / base_step
             waste = r["peak_reserved"] - r["peak_allocated"]
             r["waste_vs_expandable"] = waste / exp_waste if exp_waste else float("nan")
             print(f"{mode:<20} {r['peak_allocated'] / 2**20:>15.1f} {r['peak_reserved'] / 2**20:>18.1f} "
@@ -159,12 +166,12 @@ def main() -> int:
         if variant in ("dense", "moe") and "stalloc-saved" in runs:  # runs that repeat: exact and as fast
             saved = runs["stalloc-saved"]
             ok &= saved["peak_reserved"] <= 1.02 * saved["peak_allocated"]
-            ok &= saved["median_step_s"] <= 1.02 * base["median_step_s"]
+            ok &= saved["median_step_s"] <= 1.02 * base_step
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
     print("\nacceptance (losses equal; on dense and moe the saved plan within 2% of allocated and of "
-          "the default's step time):", "PASS" if ok else "FAIL")
+          "the default's step time, the mean of its two runs):", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 
 
