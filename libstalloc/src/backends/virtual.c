@@ -11,7 +11,6 @@
 
 #include "backends/virtual.h"
 
-
 typedef struct range {
   uint64_t start, size;
 } range;
