@@ -38,7 +38,7 @@ from .. import capture
 from .._lib import ffi, lib, library_path
 from ..allocator import Allocator
 from ..errors import OutOfMemoryError
-from ..session import PlanSession
+from ..session import PlanSession, online_params
 
 __all__ = [
     "cuda_unavailable_reason", "enable", "step", "state", "save_plan", "empty_cache",
@@ -134,18 +134,15 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
 def _check_arguments(record_steps, time_limit, online) -> None:
     """Bad arguments fail here, before PyTorch's allocator changes: it cannot change back, and a
     second enable() would be refused. The online lifecycle checks them as the session will pass
-    them (PlanSession: its time limit at most 1 s, a dict's fields over the arguments)."""
+    them (session.online_params)."""
     if not online:
         if record_steps < 2 or not time_limit >= 0:
             raise ValueError(f"stalloc: record_steps must be at least 2 (got {record_steps}) and "
                              f"time_limit at least 0 (got {time_limit})")
         return
-    params = dict(record_steps=record_steps, time_limit=min(time_limit, 1.0))
-    if isinstance(online, collections.abc.Mapping):
-        params.update(online)
     probe = Allocator(backend="virtual")
     try:
-        probe.online_start(**params)
+        probe.online_start(**online_params(record_steps, time_limit, online))
     finally:
         probe.close()
 

@@ -39,7 +39,7 @@ from .errors import InvalidArgumentError
 from .plan import Plan, plan as make_plan
 from .trace import ALLOC, FREE, FLAG_UNMATCHED, STEP, Trace
 
-__all__ = ["rank_plan_path", "steady_part", "PlanSession"]
+__all__ = ["rank_plan_path", "steady_part", "online_params", "PlanSession"]
 
 RECORDING, PLANNING, PLANNED, FAILED = "recording", "planning", "planned", "failed"
 POOL = "pool"  # online: no plan used, the growable pool serves the run
@@ -89,6 +89,17 @@ def steps_vary(trace: Trace) -> bool:
     return any(not np.array_equal(s, last) for s in steps[k:-1])
 
 
+def online_params(record_steps: int, time_limit: float, online, background: bool = True) -> dict:
+    """The online lifecycle's parameters (stalloc_online_params_t fields) a session with these
+    arguments starts it with: a time limit of at most 1 s per plan, the fields of an ``online``
+    dict over the arguments."""
+    params = dict(record_steps=record_steps, time_limit=min(time_limit, 1.0),
+                  wait_for_plan=0 if background else 1)
+    if isinstance(online, collections.abc.Mapping):
+        params.update(online)
+    return params
+
+
 class PlanSession:
     """See the module docstring. ``allocator`` is a stalloc.Allocator serving the run."""
 
@@ -124,10 +135,7 @@ class PlanSession:
             allocator.step(0)
             return
         if self.online:
-            params = dict(record_steps=record_steps, time_limit=min(time_limit, 1.0),
-                          wait_for_plan=0 if background else 1)
-            params.update(given or {})
-            allocator.online_start(**params)
+            allocator.online_start(**online_params(record_steps, time_limit, online, background))
             self.plan_source = "online"
             self._saving = bool(save and self.plan_file)
             if self._saving and not self._record():  # the whole recorded run, planned for the next run

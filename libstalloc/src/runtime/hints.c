@@ -367,13 +367,6 @@ static bool place_all(hint_job* job, uint64_t* offsets) {
   return st_place(job->items, job->count, &p, offsets, &r) == STALLOC_OK;
 }
 
-enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
-
-/* Placed with the rest, the requests that outlive the step (`outlives`) can spoil the layout:
- * a warm-up step's optimizer state counts twice at its end (made in the step, and in use at
- * the boundary), and the placement, held only to that higher peak, leaves the step's own peak
- * loose. So the step is also placed without them, and they go around it after. The layout whose
- * replay needs fewer granules when they are not made again is kept (ties: when they are). */
 /* The requests that outlive the step (`outlives`) left out: their sizes set to 0, the sizes of
  * all kept for restore_sizes. NULL (nothing changed): no host memory. */
 static uint64_t* hide_outliving(hint_job* job) {
@@ -392,6 +385,13 @@ static void restore_sizes(hint_job* job, uint64_t* saved) {
   free(saved);
 }
 
+enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
+
+/* Placed with the rest, the requests that outlive the step (`outlives`) can spoil the layout:
+ * a warm-up step's optimizer state counts twice at its end (made in the step, and in use at
+ * the boundary), and the placement, held only to that higher peak, leaves the step's own peak
+ * loose. So the step is also placed without them, and they go around it after. The layout whose
+ * replay needs fewer granules when they are not made again is kept (ties: when they are). */
 static void place_outliving_last(hint_job* job) {
   size_t n = job->requests;
   uint64_t* two = malloc((job->count ? job->count : 1) * sizeof *two);
