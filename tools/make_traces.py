@@ -18,6 +18,13 @@ The Chrome trace is exported (``<name>.profiler.json.gz``) and converted with
 Models (``--models``): llama (LlamaForCausalLM), gpt2 (GPT2LMHeadModel),
 mixtral (MixtralForCausalLM, 4 experts, top-2; ``--moe-impl eager`` by
 default, the per-expert loop whose tensor sizes follow the routing).
+Held-out families (not recorded by default; runs the planner was never tuned on):
+bert (BertForMaskedLM, an encoder), t5 (T5ForConditionalGeneration, encoder and
+decoder, labels the first half of the input) and convnet (a small ResNet-style
+network with batch norm, images of batch x 3 x r x r, r = sequence / 4, so a
+changing sequence is a changing resolution: progressive resizing for curriculum).
+They take the variants that need no pipeline split (plain, accum, the runs that
+change; bert and t5 also recompute).
 Variants (``--variants``):
   plain      one forward/backward per optimizer step
   recompute  activation (gradient) checkpointing of every decoder layer,
@@ -78,6 +85,7 @@ warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ("llama", "gpt2", "mixtral")
+HELD_OUT = ("bert", "t5", "convnet")  # families the planner was never tuned on
 # Runs that change from step to step (shape_schedule): each optimizer step's micro-batch shapes
 # follow the variant, and "eval" inserts evaluation steps of their own.
 CHANGING_VARIANTS = ("dynpad", "accumvar", "curriculum", "ramp", "eval")
@@ -119,6 +127,19 @@ def build_model(name: str, s: dict, moe_impl: str = "eager"):
                             vocab_size=s["vocab"], n_positions=max(256, s["seq"]),
                             bos_token_id=0, eos_token_id=0)
         model = tf.GPT2LMHeadModel(cfg)
+    elif name == "bert":
+        cfg = tf.BertConfig(hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                            num_attention_heads=s["heads"], intermediate_size=s["inter"],
+                            vocab_size=s["vocab"], max_position_embeddings=max(512, s["seq"]))
+        model = tf.BertForMaskedLM(cfg)
+    elif name == "t5":
+        cfg = tf.T5Config(d_model=s["hidden"], d_ff=s["inter"], num_layers=s["layers"] // 2 + 1,
+                          num_decoder_layers=s["layers"] // 2 + 1, num_heads=s["heads"],
+                          d_kv=s["hidden"] // s["heads"], vocab_size=s["vocab"],
+                          decoder_start_token_id=0)
+        model = tf.T5ForConditionalGeneration(cfg)
+    elif name == "convnet":
+        model = ConvNet(s["hidden"] // 8)
     elif name == "mixtral":
         cfg = tf.MixtralConfig(hidden_size=s["hidden"], intermediate_size=s["moe_inter"],
                                num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
@@ -131,6 +152,49 @@ def build_model(name: str, s: dict, moe_impl: str = "eager"):
         raise ValueError(f"unknown model {name!r}")
     model.train()
     return model
+
+
+class ConvNet(torch.nn.Module):
+    """A small ResNet-style image classifier (convolutions, batch norm, residual adds)."""
+
+    def __init__(self, width: int, classes: int = 10):
+        super().__init__()
+        nn = torch.nn
+
+        def conv(ci, co, stride=1):
+            return nn.Sequential(nn.Conv2d(ci, co, 3, stride, 1, bias=False), nn.BatchNorm2d(co))
+
+        self.stem = nn.Sequential(conv(3, width), nn.ReLU())
+        self.stages = nn.ModuleList()
+        for ci, co, stride in ((width, width, 1), (width, 2 * width, 2), (2 * width, 4 * width, 2)):
+            self.stages.append(nn.ModuleList([conv(ci, co, stride), conv(co, co),
+                                              conv(ci, co, stride) if ci != co else nn.Identity()]))
+        self.head = nn.Linear(4 * width, classes)
+
+    def forward(self, images, labels):
+        h = self.stem(images)
+        for first, second, skip in self.stages:
+            h = torch.relu(second(torch.relu(first(h))) + skip(h))
+        logits = self.head(h.mean(dim=(2, 3)))
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+
+def make_batch(name: str, shape, s: dict, gen: torch.Generator):
+    """One micro-batch of (batch, sequence): token ids, or for convnet images of side seq / 4."""
+    b, q = shape
+    if name == "convnet":
+        r = max(4, q // 4)
+        return torch.randn(b, 3, r, r, generator=gen), torch.randint(0, 10, (b,), generator=gen)
+    ids = torch.randint(0, s["vocab"], shape, generator=gen)
+    if name == "t5":
+        return ids, ids[:, : max(1, q // 2)].contiguous()
+    return ids, ids
+
+
+def batch_loss(name: str, model, inputs, labels):
+    if name == "convnet":
+        return model(inputs, labels)
+    return model(input_ids=inputs, labels=labels).loss
 
 
 def _first(x):
@@ -428,12 +492,21 @@ def changing_schedule(variant: str, steps: int, s: dict, seed: int) -> list:
     return [shape_schedule(variant, step, steps, s, rng) for step in range(steps)]
 
 
-def evaluate(model, ids) -> None:
+def evaluate(name: str, model, inputs, labels) -> None:
     """An evaluation pass: no gradients, the model in eval mode, then back to training."""
     model.eval()
     with torch.no_grad():
-        model(input_ids=ids, labels=ids)
+        batch_loss(name, model, inputs, labels)
     model.train()
+
+
+def supported(name: str, variant: str) -> bool:
+    """Pipeline splits know the decoder stacks of llama, gpt2 and mixtral only; convnet has no
+    transformers checkpointing switch."""
+    if name in MODELS:
+        return True
+    return variant not in ("1f1b",) + tuple(PIPELINE_VARIANTS) and not (
+        name == "convnet" and variant == "recompute")
 
 
 def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
@@ -476,15 +549,14 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
             else:
                 shapes = [(s["batch"], s["seq"])] * micro
             for shape in shapes:
-                ids = torch.randint(0, s["vocab"], shape, generator=gen)
-                batches.append((ids, ids))
+                batches.append(make_batch(name, shape, s, gen))
             if runner is not None:
                 runner(batches)
             elif stages is not None:
                 one_f_one_b(stages, batches)
             else:
-                for ids, labels in batches:
-                    loss = model(input_ids=ids, labels=labels).loss / micro
+                for inputs, labels in batches:
+                    loss = batch_loss(name, model, inputs, labels) / micro
                     loss.backward()
                     del loss
             opt.step()
@@ -492,7 +564,7 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
             del batches
             prof.step()
             if eval_shape is not None:  # an evaluation pass is a step of its own
-                evaluate(model, torch.randint(0, s["vocab"], eval_shape, generator=gen))
+                evaluate(name, model, *make_batch(name, eval_shape, s, gen))
                 prof.step()
     secs = time.time() - t0
 
@@ -521,7 +593,9 @@ def summarize(ev, info) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="traces", help="output folder")
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + HELD_OUT,
+                    help="default: %s; held out: %s (variants without a pipeline split)"
+                         % (" ".join(MODELS), " ".join(HELD_OUT)))
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run")
     ap.add_argument("--changing-steps", type=int, default=12,
@@ -547,6 +621,10 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
     for name in args.models:
         for variant in args.variants:
+            if not supported(name, variant):
+                why = "checkpointing switch" if variant == "recompute" else "pipeline split"
+                print(f"skipped {name}_{variant}: {name} has no {why}", flush=True)
+                continue
             tag = f"{name}_{variant}"
             keep = args.json_for is None or tag in args.json_for
             steps = args.changing_steps if variant in CHANGING_VARIANTS else args.steps

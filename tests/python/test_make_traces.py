@@ -1,0 +1,53 @@
+"""tools/make_traces.py records the held-out convnet family with torch alone (no transformers):
+a real run's trace, one step marker per optimizer step, every block freed or live at the end."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")
+
+
+@pytest.fixture(scope="module")
+def make_traces():
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "_make_traces", os.path.join(REPO, "tools", "make_traces.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_held_out_families_take_only_variants_they_can_run(make_traces):
+    for name in make_traces.HELD_OUT:
+        assert make_traces.supported(name, "plain") and make_traces.supported(name, "dynpad")
+        assert not make_traces.supported(name, "1f1b_vpp")
+    assert make_traces.supported("bert", "recompute") and not make_traces.supported("convnet", "recompute")
+    assert all(make_traces.supported(m, "1f1b") for m in make_traces.MODELS)
+
+
+def test_a_convnet_batch_follows_the_shape(make_traces):
+    import torch
+    s = make_traces.sizes(small=True)
+    images, labels = make_traces.make_batch("convnet", (3, 40), s, torch.Generator().manual_seed(0))
+    assert tuple(images.shape) == (3, 3, 10, 10) and tuple(labels.shape) == (3,)
+    model = make_traces.ConvNet(8)
+    assert model(images, labels).ndim == 0
+
+
+def test_a_convnet_curriculum_records_a_real_trace(make_traces, tmp_path):
+    info = make_traces.record("convnet", "curriculum", 3, True, str(tmp_path), False,
+                              make_traces._load_importer())
+    ev = np.load(tmp_path / "convnet_curriculum.npz")["events"]
+    kinds = ev["kind"]
+    assert info["steps"] == 4 == int((kinds == 3).sum())  # construction + 3 optimizer steps
+    allocs, frees = ev[kinds == 1], ev[kinds == 2]
+    assert len(allocs) > 100 and set(frees["id"]) <= set(allocs["id"])
+    # the resolution grows with the curriculum: the last step allocates more than the first
+    marks = np.flatnonzero(kinds == 3)
+    first = ev[marks[1]:marks[2]]
+    last = ev[marks[3]:]
+    assert last["size"][last["kind"] == 1].max() > first["size"][first["kind"] == 1].max()
