@@ -115,6 +115,10 @@ def sizes(small: bool) -> dict:
 
 
 def build_model(name: str, s: dict, moe_impl: str = "eager"):
+    if name == "convnet":  # torch alone
+        model = ConvNet(s["hidden"] // 8)
+        model.train()
+        return model
     import transformers as tf
     if name == "llama":
         cfg = tf.LlamaConfig(hidden_size=s["hidden"], intermediate_size=s["inter"],
@@ -138,8 +142,6 @@ def build_model(name: str, s: dict, moe_impl: str = "eager"):
                           d_kv=s["hidden"] // s["heads"], vocab_size=s["vocab"],
                           decoder_start_token_id=0)
         model = tf.T5ForConditionalGeneration(cfg)
-    elif name == "convnet":
-        model = ConvNet(s["hidden"] // 8)
     elif name == "mixtral":
         cfg = tf.MixtralConfig(hidden_size=s["hidden"], intermediate_size=s["moe_inter"],
                                num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
@@ -614,11 +616,17 @@ def main(argv=None) -> int:
                          "fixed sizes")
     args = ap.parse_args(argv)
 
-    import transformers
+    try:
+        import transformers
+        tf_version = transformers.__version__
+    except ImportError:  # convnet needs torch alone
+        if any(m != "convnet" for m in args.models):
+            ap.error("these models need transformers (pip install transformers); convnet needs torch alone")
+        tf_version = "not installed"
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     importer = _load_importer()
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
+    print(f"torch {torch.__version__}, transformers {tf_version}", flush=True)
     for name in args.models:
         for variant in args.variants:
             if not supported(name, variant):
