@@ -377,6 +377,39 @@ def test_a_plan_met_by_a_ramp_does_not_stack_on_the_pool():
     assert outgrown and all(s["hit_bytes"] <= 0.02 * s["miss_bytes"] for s in outgrown)
 
 
+def test_a_larger_step_grows_the_pool_on_a_granule_boundary_once_steps_repeat():
+    # Weights made end to end share granules (3 MiB then 2 MiB: the second starts at 3 MiB).
+    # Once steps repeat, a larger step's block of whole granules that grows the top starts on
+    # a granule boundary, so freed it gives all its granules back; before, it shared the
+    # granule of the block below.
+    G = 2 * MiB
+    a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 40)
+    try:
+        a.online_start(wait_for_plan=1)
+        base = a.alloc(3 * MiB)
+        w = a.alloc(G)
+        assert w - base == 3 * MiB
+        for n in range(1, 4):  # the same step three times
+            a.step(n)
+            a.free(a.alloc(MiB + 512))
+        a.step(4)
+        big = a.alloc(4 * G)  # a batch twice as large: grows the top, on a boundary
+        assert (big - base) % G == 0 and big - base == 6 * MiB
+        a.free(big)
+    finally:
+        a.close()
+
+
+def test_a_batch_ramp_gives_back_the_granules_of_its_larger_steps():
+    # Full-size GPT-2 with a batch ramp, sizes x32: the steps of each larger batch grow the
+    # pool's top with blocks of whole granules, which since 2026-11-26 start on a granule
+    # boundary once the run's steps have repeated (9.65 MiB of waste before, 1.65 after: the
+    # lower bound rounded up to whole granules).
+    t = scaled_trace("full/gpt2_ramp.npz", 32)
+    r = replay(t, online=True)
+    assert r["peak_reserved"] - r["peak_allocated"] <= 2 * MiB
+
+
 def scaled_trace(name: str, k: int) -> Trace:
     return stalloc.load_trace(TRACES / name).scaled(k)
 
@@ -435,16 +468,17 @@ def test_a_new_kinds_second_step_takes_its_hints_when_the_old_kind_is_expected()
     # Its first step misses the old kind's hints, which then back off; the next step, expected
     # to be of the old kind, used to go by best fit and need a granule more than the first. It
     # now recognises the new kind's hints from its first requests, and the steps of the new
-    # kind need no more than its first.
+    # kind need no more than its first did before the pool's top grew on granule boundaries
+    # (2026-11-26: 1162 MiB each; since, the first 1158 and the others 1160).
     r = replay(scaled_trace("changing/llama_ramp.npz", 256), online=True)
     reserved = [s["peak_reserved"] for s in r["steps"]]
     new_kind = reserved[-4:]  # the four steps of the batch of 4
-    assert max(new_kind[1:]) <= new_kind[0]
+    assert max(new_kind[1:]) <= new_kind[0] + 2 * MiB
     # expandable segments: 24.57 MiB; 10.57 until small requests went to the lowest free block
-    # that fits (docs/online.md, "Small requests go low"), 18.57 since, and 10.57 again since a
-    # single larger request among a step's first ones leaves the plan (runtime.c, OUTGROWN):
-    # at most half of expandable segments' waste
-    assert r["peak_reserved"] - r["peak_allocated"] <= 12 << 20
+    # that fits (docs/online.md, "Small requests go low"), 18.57 since, 10.57 again since a
+    # single larger request among a step's first ones leaves the plan (runtime.c, OUTGROWN),
+    # and 8.57 since the top grows on granule boundaries once steps repeat
+    assert r["peak_reserved"] - r["peak_allocated"] <= 9 * MiB
 
 
 def padded_run(steps, layers=10, weights=8) -> Trace:

@@ -741,6 +741,14 @@ static void hints_step(stalloc_allocator_t* a) {
   }
   st_hints_boundary(a->hints, starts, sizes, tags, n, st_online_expected_allocs(a->online));
   if (a->runtime) st_hints_spoil(a->hints); /* a plan serves the step: not one to plan from */
+  /* Once steps repeat, what grows the pool's top is a step's own blocks at a new peak (a
+   * larger batch, a longer sequence), freed within the step: on a granule boundary each gives
+   * back all its granules, where one packed against the block below leaves that granule
+   * partly used. Not before (construction and the warm-up make weights and optimizer state
+   * end to end, to live on together), nor once sizes change with no rule (the gaps such
+   * blocks leave below them then add up). Measured in docs/online.md, "Top growth on
+   * granule boundaries, once steps repeat". */
+  st_arena_set_top_on_boundary(a->arena, st_hints_steps_repeat(a->hints));
 }
 
 stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t step) {

@@ -75,6 +75,8 @@ struct st_arena {
                                    requests then take the lowest fit */
   bool by_address;
   unsigned fit_candidates;      /* free blocks weighed per request (1: best fit alone) */
+  bool top_on_boundary;         /* a block of whole granules that grows the top starts on a
+                                   granule boundary (st_arena_set_top_on_boundary) */
   uint64_t maps;                /* granules mapped at an address so far: new, moved or aliased */
   st_arena_block* spares;
   uint64_t clock;               /* stamps frees */
@@ -1022,12 +1024,15 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
     /* the top grows: from its free block if it has one */
     bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
     uint64_t from = last_free ? a->last->start : a->top;
-    uint64_t end = st_align_up(from, align) + need;
+    uint64_t first = st_align_up(from, align);
+    if (a->top_on_boundary && need % a->granule == 0)
+      first = st_align_up(st_align_up(from, a->granule), align);
+    uint64_t end = first + need;
     if (end > a->capacity)
       return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: its %llu-byte address range is used up",
                      (unsigned long long)a->capacity);
     if (!(b = grow_top(a, last_free, end, grew))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
-    start = st_align_up(b->start, align);
+    start = first;
   }
   if (!split_out(a, b, start, need, placed))
     return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
@@ -1224,6 +1229,8 @@ uint64_t st_arena_released_by(const st_arena* a, st_arena_block* const* blocks, 
 void st_arena_set_fit_candidates(st_arena* a, unsigned candidates) {
   a->fit_candidates = candidates ? candidates : 1;
 }
+
+void st_arena_set_top_on_boundary(st_arena* a, bool on) { a->top_on_boundary = on; }
 
 uint64_t st_arena_trim(st_arena* a) {
   uint64_t bytes = 0;

@@ -23,6 +23,11 @@ stalloc_status_t st_arena_alloc(st_arena* arena, uint64_t size, uint64_t stream,
 /* How many free blocks, by size from best fit up, a request weighs: it takes the one whose
  * placement needs the fewest granules mapped (1, the default: best fit alone). */
 void st_arena_set_fit_candidates(st_arena* arena, unsigned candidates);
+/* On: a block of whole granules that grows the top starts on a granule boundary, so it holds
+ * exactly its own granules and all of them come back when it is freed (else it starts where
+ * the top is, sharing a granule with the block below; default off). What suits blocks made end
+ * to end that live on together (weights, optimizer state) is the default; see allocator.c. */
+void st_arena_set_top_on_boundary(st_arena* arena, bool on);
 /* Keeps the free blocks indexed by address from now on, which alloc_at needs (each free and
  * split then costs a second treap update, so only users of alloc_at ask for it). */
 void st_arena_index_addresses(st_arena* arena);

@@ -695,6 +695,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   h->hits = h->misses = 0;
 }
 
+bool st_hints_steps_repeat(const st_hints* h) { return h->repeated > 0 && h->changed == 0; }
+
 void st_hints_counts(const st_hints* h, uint64_t* made, uint64_t* kept, double* longest, double* total) {
   *made = h->made;
   *kept = h->kept;

@@ -39,6 +39,9 @@ bool st_hints_wants_layout(const st_hints* h);
 void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t* tags, size_t count,
                        uint64_t expected);
 
+/* Whether the run's steps repeat: at least one step repeated its kind's step before (or changed
+ * only as the shape rules foretell) and none changed otherwise (an MoE gate routing sizes). */
+bool st_hints_steps_repeat(const st_hints* h);
 /* Layouts made so far, how many were kept, the longest and the total time they took. */
 void st_hints_counts(const st_hints* h, uint64_t* made, uint64_t* kept, double* longest, double* total);
 

@@ -2,7 +2,7 @@
  * blocks touch them and, at the peak, given back (the highest first) before new ones are
  * mapped, a plan's pool as a region of it that costs only the granules its live blocks touch,
  * slab chunks in it, the list of cached granules staying bounded over a long run, blocks
- * of whole granules on granule boundaries, and, with the free blocks indexed by address (the
+ * of whole granules on granule boundaries (in a hole; growing the top, when asked), and, with the free blocks indexed by address (the
  * layout hints'), small requests in the lowest free block that fits (checked against a scan of
  * the free blocks over a long random run). */
 #include "check.h"
@@ -346,6 +346,35 @@ static void test_whole_granules_go_on_a_boundary(void) {
   teardown(&f);
 }
 
+/* A block of whole granules that grows the top: against the block below by default (weights
+ * made end to end share granules), on the next granule boundary with top_on_boundary, where,
+ * freed, it gives all its granules back, also when the top grows from a free block there.
+ * Other sizes go against the block below either way. */
+static void test_top_growth_on_a_boundary(void) {
+  for (int on = 0; on <= 1; on++) {
+    fixture f;
+    setup(&f);
+    st_arena_set_top_on_boundary(f.arena, on);
+    void *pa, *pb, *pc, *pd;
+    st_arena_block *a, *b, *c, *d;
+    CHECK_OK(st_arena_alloc(f.arena, 3 * MiB, 0, &pa, &a)); /* [0, 3) MiB */
+    CHECK_OK(st_arena_alloc(f.arena, G, 0, &pb, &b));
+    CHECK((uint8_t*)pb == (uint8_t*)pa + (on ? 4 : 3) * MiB);
+    CHECK(f.budget.reserved == 3 * G); /* the same granules mapped either way, for now */
+    CHECK_OK(st_arena_alloc(f.arena, 3 * MiB / 2, 0, &pc, &c)); /* not whole granules */
+    CHECK((uint8_t*)pc == (uint8_t*)pb + G);
+    st_arena_free(f.arena, b, 0); /* the step's block goes: its granule comes back only if alone */
+    st_arena_trim(f.arena);
+    CHECK(f.budget.reserved == (on ? 3 : 4) * G);
+    st_arena_free(f.arena, c, 0); /* the top block is free from 3 MiB, too small for d */
+    CHECK_OK(st_arena_alloc(f.arena, 4 * G, 0, &pd, &d));
+    CHECK((uint8_t*)pd == (uint8_t*)pa + (on ? 4 : 3) * MiB);
+    st_arena_free(f.arena, a, 0);
+    st_arena_free(f.arena, d, 0);
+    teardown(&f);
+  }
+}
+
 /* With fit candidates a request weighs the free blocks from best fit up and takes the one that
  * needs the fewest granules mapped: a hole whose granules are still mapped over an exact fit
  * whose granules were given back. */
@@ -573,6 +602,7 @@ int main(void) {
   RUN(test_alloc_at_takes_only_free_bytes);
   RUN(test_region_free_on_a_lagging_device);
   RUN(test_whole_granules_go_on_a_boundary);
+  RUN(test_top_growth_on_a_boundary);
   RUN(test_fit_candidates_prefer_mapped_granules);
   RUN(test_below_the_peak_cached_granules_stay);
   RUN(test_the_highest_idle_granule_moves_first);
