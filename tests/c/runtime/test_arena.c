@@ -1,10 +1,10 @@
 /* test_arena.c - the growable pool on the virtual backend (2 MiB granules): granules mapped as
  * blocks touch them and, at the peak, given back (the highest first) before new ones are
  * mapped, a plan's pool as a region of it that costs only the granules its live blocks touch,
- * slab chunks in it, the list of cached granules staying bounded over a long run, blocks
- * of whole granules on granule boundaries (in a hole; growing the top, when asked), and, with the free blocks indexed by address (the
- * layout hints'), small requests in the lowest free block that fits (checked against a scan of
- * the free blocks over a long random run). */
+ * slab chunks in it, the list of cached granules staying bounded over a long run, blocks of
+ * whole granules on granule boundaries (in a hole; growing the top, when asked), and, with the
+ * free blocks indexed by address (the layout hints'), small requests in the lowest free block
+ * that fits (checked against a scan of the free blocks over a long random run). */
 #include "check.h"
 #include "backends/virtual.h"
 #include "runtime/arena.h"
