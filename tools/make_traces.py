@@ -115,10 +115,8 @@ def sizes(small: bool) -> dict:
 
 
 def build_model(name: str, s: dict, moe_impl: str = "eager"):
-    if name == "convnet":  # torch alone
-        model = ConvNet(s["hidden"] // 8)
-        model.train()
-        return model
+    if name == "convnet":  # torch alone; a new module is in training mode
+        return ConvNet(s["hidden"] // 8)
     import transformers as tf
     if name == "llama":
         cfg = tf.LlamaConfig(hidden_size=s["hidden"], intermediate_size=s["inter"],
