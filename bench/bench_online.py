@@ -9,7 +9,10 @@ when a step misses the plan. It never reads ahead. Peak reserved counts the reco
 
     python bench/bench_online.py [--traces DIR ...] [--growable 0|1] [--scale K] [--device-lag N]
 
-Waste = peak reserved - peak allocated. Plans: switched (s) or declined (d) per plan made;
+Waste = peak reserved - peak allocated. repeats: whether the run is exactly periodic (from its
+middle step on, each step asks for the sizes of the step before), where the goal is at most 5%
+of PyTorch's default waste; the summary counts those runs, and those whose lower bound alone,
+rounded up to 2 MiB granules, is over that. Plans: switched (s) or declined (d) per plan made;
 from plans: the share of the run's requested bytes served at their planned offsets (the rest came
 from the growable pool: on a GPU the plan's hits are the fast path); plan ms: the longest
 planning time; delay ms: the longest wait at a boundary for a plan (a replay waits; a live run
@@ -49,6 +52,18 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
 
+def repeats_exactly(t) -> bool:
+    """Whether the run is exactly periodic: from its middle step marker on, every step asks for
+    the sizes the step before it asked for, position by position. MoE routing, dynamic padding,
+    a curriculum or a ramp in the second half, or evaluation passes between steps, all break it.
+    The issue's line for such runs: at most 5% of PyTorch's default waste."""
+    ev = np.asarray(t.events)
+    marks = np.flatnonzero(ev["kind"] == STEP)
+    steps = [ev["size"][a + 1:b][ev["kind"][a + 1:b] == ALLOC] for a, b in zip(marks[:-1], marks[1:])]
+    tail = steps[len(steps) // 2 - 1:] if len(steps) >= 3 else []
+    return bool(tail) and all(np.array_equal(a, b) for a, b in zip(tail, tail[1:]))
+
+
 def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0) -> dict:
     t = stalloc.load_trace(path)
     t = t.scaled(scale)
@@ -68,7 +83,7 @@ def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0
     ev = np.asarray(t.events)
     asked = int(ev["size"][ev["kind"] == ALLOC].sum())
     from_plans = sum(s["hit_bytes"] for s in r["steps"]) / asked if asked else 0.0
-    return dict(trace=path.stem, lb=t.lower_bound, torch=torch, expandable=expandable, waste=waste,
+    return dict(trace=path.stem, lb=t.lower_bound, periodic=repeats_exactly(t), torch=torch, expandable=expandable, waste=waste,
                 plans=plans or "none", from_plans=from_plans,
                 plan_ms=max((p["plan_seconds"] for p in r["plans"]), default=0) * 1e3,
                 delay_ms=max((-p["delay_seconds"] for p in r["plans"]), default=0) * 1e3,
@@ -91,11 +106,11 @@ def main(argv: list[str] | None = None) -> None:
     if not paths:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
     head = (f"{'trace':<24} {'lower bound MiB':>15} {'2 MiB floor':>11} {'PyTorch waste':>13} {'expandable waste':>16} "
-            f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'plans':>6} "
+            f"{'stalloc waste':>13} {'vs PyTorch':>10} {'vs expandable':>13} {'repeats':>7} {'plans':>6} "
             f"{'from plans':>10} {'plan ms':>8} {'delay ms':>8} {'hints':>6} {'hint ms':>8} {'maps/step':>9} {'late maps':>9}"
             + (f" {'waits':>7}" if args.device_lag else ""))
     print(head + "\n" + "-" * len(head))
-    vs_ex, shares, maps, late = [], [], [], []
+    vs_ex, shares, maps, late, wastes, periodic = [], [], [], [], [], []
     for p in paths:
         r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag)
         shares.append(r["from_plans"])
@@ -104,17 +119,25 @@ def main(argv: list[str] | None = None) -> None:
         a = r["waste"] / r["torch"] if r["torch"] else float("nan")
         b = r["waste"] / r["expandable"] if r["expandable"] else float("nan")
         vs_ex.append(b)
+        wastes.append(r["waste"])
         floor = -(-r["lb"] // (2 << 20)) * (2 << 20) - r["lb"]  # the lower bound in whole 2 MiB granules
+        if r["periodic"]:  # at or under 5% of PyTorch's; or the floor alone is over that
+            periodic.append("met" if r["waste"] <= 0.05 * r["torch"] else
+                            "floor" if floor > 0.05 * r["torch"] else "missed")
         print(f"{r['trace']:<24} {mib(r['lb']):>15} {mib(floor):>11} {mib(r['torch']):>13} {mib(r['expandable']):>16} "
-              f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {r['plans']:>6} {r['from_plans']:>10.1%} "
+              f"{mib(r['waste']):>13} {a:>10.1%} {b:>13.1%} {'yes' if r['periodic'] else 'no':>7} {r['plans']:>6} {r['from_plans']:>10.1%} "
               f"{r['plan_ms']:>8.1f} {r['delay_ms']:>8.1f} {r['hints']:>6} {r['hint_ms']:>8.1f} {r['maps']:>9.1f} "
               f"{r['late_maps']:>9.1f}"
               + (f" {r['waits']:>7}" if args.device_lag else ""))
-    print(f"\nmedian stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
+    print(f"\nstalloc waste, all traces: {mib(sum(wastes))} MiB; "
+          f"median stalloc waste / expandable segments' waste: {statistics.median(vs_ex):.1%}; "
           f"at most half on {sum(v <= 0.5 for v in vs_ex)} of {len(vs_ex)} traces; "
           f"bytes from plans: mean {statistics.mean(shares):.1%}, some on {sum(v > 0 for v in shares)}; "
           f"granules mapped per step: median {statistics.median(maps):.1f}, summed {sum(maps):.1f}; "
-          f"in the second half: median {statistics.median(late):.1f}, summed {sum(late):.1f}")
+          f"in the second half: median {statistics.median(late):.1f}, summed {sum(late):.1f}; "
+          f"runs that repeat exactly: {len(periodic)}, at or under 5% of PyTorch's waste on "
+          f"{periodic.count('met')}, over it on {periodic.count('missed')}, "
+          f"held over it by the 2 MiB floor alone on {periodic.count('floor')}")
 
 
 if __name__ == "__main__":

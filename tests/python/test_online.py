@@ -216,7 +216,10 @@ def test_a_declined_plan_leaves_the_pools_granules_mapped(name):
     # declined, the next step mapped them all again (on a GPU a cuMemMap and cuMemSetAccess
     # each, and the unmap waits for the device). Sizes x256; each step repeats the one before,
     # and the layout hints keep its blocks where they were, so after the first full step the
-    # pool holds what it holds and maps nothing.
+    # pool holds what it holds and, once its layouts settle, maps nothing. (Since layouts fill
+    # the holes between the blocks in use first, 2026-11-26, the layout made from the first
+    # full step can differ from the warm-up's that step followed: llama_plain's next step then
+    # moves 214 granules and the one after 3, for the same peak; the last two map none.)
     t = scaled_trace(name, 256)
     a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 42)
     try:
@@ -239,7 +242,7 @@ def test_a_declined_plan_leaves_the_pools_granules_mapped(name):
         a.close()
     assert plans and all(p["declined"] for p in plans)
     assert reserved[4:] == [reserved[3]] * len(reserved[4:])  # nothing given back at a boundary
-    assert maps[4:] == [maps[3]] * len(maps[4:])  # nor mapped again
+    assert maps[-2] == maps[-1] and len(maps) >= 6, maps  # nor mapped again once settled
 
 
 def _gradient_loop(weights: int, grad: int, steps: int = 12) -> tuple[list[int], list[dict], int]:
@@ -434,6 +437,20 @@ def test_layout_hints_lower_a_first_runs_waste(name):
         else:
             assert r["hint_layouts"] == r["hinted"] == 0
     assert waste[1] < waste[0] / 2
+
+
+@pytest.mark.parametrize("name, granules_over_floor", [("llama_accum.npz", 0), ("gpt2_ramp.npz", 1)])
+def test_layouts_fill_the_holes_between_the_blocks_in_use_first(name, granules_over_floor):
+    # Sizes x256. The warm-up leaves the weights and the optimizer state with holes between
+    # them, in granules mapped anyway; a layout placed around them freely also scatters the
+    # step into whole free granules among them and leaves partly used ones there at its peak.
+    # Kept out of those, it fills the holes first and puts the rest above: llama_accum reaches
+    # its lower bound in whole granules (2.88 MiB of waste before, 0.88), gpt2_ramp a granule
+    # over it (6.49 before, 2.49).
+    t = scaled_trace(name if name.startswith("llama") else "changing/" + name, 256)
+    r = replay(t, online=True)
+    floor = -(-t.lower_bound // (2 * MiB)) * 2 * MiB - t.lower_bound
+    assert r["peak_reserved"] - r["peak_allocated"] <= floor + granules_over_floor * 2 * MiB
 
 
 def test_layouts_an_moe_step_would_follow_only_in_part_are_not_kept():

@@ -49,6 +49,7 @@ typedef struct hint_job {
   uint32_t repeated, changed; /* the run's steps so far that repeated their kind's step before,
                                  and that changed where no rule says (st_hints.repeated) */
   uint32_t step;
+  size_t most;           /* the most requests a step of the run made so far */
   atomic_int done;
 } hint_job;
 
@@ -100,6 +101,7 @@ struct st_hints {
   bool thread_live;
   uint64_t made, kept;   /* layouts finished, and kept */
   double longest, total; /* seconds they took */
+  size_t most;           /* the most requests a step made so far */
 };
 
 static void start_pending(st_hints* h);
@@ -455,6 +457,75 @@ static bool too_large_to_replay(const hint_job* job) {
   return granules > REPLAY_GRANULES;
 }
 
+static int cmp_u64(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The step placed around the blocks in use as place_all does, but kept out of the whole
+ * granules below the highest that none of them touches: it fills the holes of granules mapped
+ * anyway (between the weights and the optimizer state the warm-up left), and the rest goes
+ * above. Around them freely, the placement also scatters the step into those free granules and
+ * leaves partly used ones there at its peak (docs/online.md, "Holes first"). */
+static bool place_in_holes(const hint_job* job, uint64_t* offsets) {
+  size_t fixed = 0;
+  for (size_t i = 0; i < job->count; i++) fixed += job->items[i].fixed_offset != PLACE_FREE;
+  uint64_t* ends = malloc((fixed ? fixed : 1) * 2 * sizeof *ends); /* granule spans: 2g starts, 2g + 1 ends */
+  st_place_item* items = malloc((job->count + fixed + 1) * sizeof *items);
+  uint64_t* off = malloc((job->count + fixed + 1) * sizeof *off);
+  bool ok = false;
+  if (!ends || !items || !off) goto out;
+  size_t e = 0;
+  for (size_t i = 0; i < job->count; i++) {
+    const st_place_item* it = &job->items[i];
+    if (it->fixed_offset == PLACE_FREE) continue;
+    uint64_t last = it->size ? (it->fixed_offset + it->size - 1) / ST_VIRTUAL_GRANULE : it->fixed_offset / ST_VIRTUAL_GRANULE;
+    ends[e++] = it->fixed_offset / ST_VIRTUAL_GRANULE * 2;
+    ends[e++] = (last + 1) * 2 + 1;
+  }
+  qsort(ends, e, sizeof *ends, cmp_u64);
+  memcpy(items, job->items, job->count * sizeof *items);
+  size_t m = job->count;
+  uint64_t from = 0; /* first granule no block touches since the last run of touched ones */
+  size_t depth = 0;
+  for (size_t k = 0; k < e; k++) {
+    uint64_t g = ends[k] / 2;
+    if (ends[k] % 2 == 0) { /* a block starts: the untouched granules before it are closed off */
+      if (depth++ == 0 && g > from)
+        items[m++] = (st_place_item){0, job->requests + 1, (g - from) * ST_VIRTUAL_GRANULE, from * ST_VIRTUAL_GRANULE};
+    } else if (--depth == 0) {
+      from = g;
+    }
+  }
+  st_place_params p = {.alignment = job->alignment, .time_limit = 0, .cancel = NULL, .every_ordering = true};
+  st_place_result r;
+  ok = st_place(items, m, &p, off, &r) == STALLOC_OK;
+  if (ok) memcpy(offsets, off, job->count * sizeof *off);
+out:
+  free(ends);
+  free(items);
+  free(off);
+  return ok;
+}
+
+/* The holes-first layout replaces the free one where its replay needs fewer granules, on runs
+ * where no step so far changed with no rule to say how (an MoE step follows its layout only in
+ * part), and not for a step with under half the requests of the run's largest (an evaluation
+ * pass: far below the run's peak, it has nothing to gain, and the blocks it leaves where the
+ * next training step's layout did not expect them cost that step granules). docs/online.md,
+ * "Holes first". */
+static void try_holes_first(hint_job* job) {
+  uint64_t* alt = job->changed || job->requests * 2 < job->most ? NULL : malloc((job->count ? job->count : 1) * sizeof *alt);
+  if (alt && place_in_holes(job, alt)) {
+    uint64_t peak = replayed_peak(job, alt, job->requests);
+    if (peak && peak < job->hinted) {
+      memcpy(job->offsets, alt, job->count * sizeof *alt);
+      job->hinted = peak;
+    }
+  }
+  free(alt);
+}
+
 static void* place_thread(void* arg) {
   hint_job* job = arg;
   double t0 = st_now();
@@ -462,6 +533,7 @@ static void* place_thread(void* arg) {
   if (job->ok) {
     size_t n = job->requests;
     job->hinted = replayed_peak(job, job->offsets, n);
+    if (job->hinted) try_holes_first(job);
     job->best_fit = replayed_peak(job, NULL, 0);
     bool outliving = false;
     for (size_t j = 0; j < n && !outliving; j++) outliving = outlives(job, j);
@@ -665,6 +737,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
     else if (unexplained >= 0) h->repeated++;
   }
   hint_job* job = starts && st_hints_wants_layout(h) ? make_job(h, starts, sizes, tags, count) : NULL;
+  h->most = ST_MAX(h->most, h->n);
+  if (job) job->most = h->most;
   size_t key = job && expected == h->n ? st_shapes_key_position(h->shapes, h->n) : ST_SHAPE_NONE;
   if (key != ST_SHAPE_NONE) { /* started at the next step's key position */
     h->pending = job;
