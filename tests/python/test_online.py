@@ -439,15 +439,16 @@ def test_layout_hints_lower_a_first_runs_waste(name):
     assert waste[1] < waste[0] / 2
 
 
-@pytest.mark.parametrize("name, granules_over_floor", [("llama_accum.npz", 0), ("gpt2_ramp.npz", 1)])
+@pytest.mark.parametrize("name, granules_over_floor",
+                         [("llama_accum.npz", 0), ("gpt2_ramp.npz", 1), ("gpt2_plain.npz", 1)])
 def test_layouts_fill_the_holes_between_the_blocks_in_use_first(name, granules_over_floor):
     # Sizes x256. The warm-up leaves the weights and the optimizer state with holes between
     # them, in granules mapped anyway; a layout placed around them freely also scatters the
     # step into whole free granules among them and leaves partly used ones there at its peak.
     # Kept out of those, it fills the holes first and puts the rest above: llama_accum reaches
-    # its lower bound in whole granules (2.88 MiB of waste before, 0.88), gpt2_ramp a granule
-    # over it (6.49 before, 2.49).
-    t = scaled_trace(name if name.startswith("llama") else "changing/" + name, 256)
+    # its lower bound in whole granules (2.88 MiB of waste before, 0.88), gpt2_ramp and
+    # gpt2_plain a granule over it (6.49 and 4.49 before, 2.49).
+    t = scaled_trace("changing/" + name if name == "gpt2_ramp.npz" else name, 256)
     r = replay(t, online=True)
     floor = -(-t.lower_bound // (2 * MiB)) * 2 * MiB - t.lower_bound
     assert r["peak_reserved"] - r["peak_allocated"] <= floor + granules_over_floor * 2 * MiB
@@ -460,9 +461,13 @@ def test_layouts_an_moe_step_would_follow_only_in_part_are_not_kept():
     # kept, 5.30 without them). Replayed followed for 1/32 .. 1/2 of the step, each layout loses
     # more than it gains followed to the end, at the odds the run's steps give: none is kept.
     # A dense run's layouts, which its steps follow to the end, are (llama_accum: all but the
-    # warm-up's model step).
+    # warm-up's model step). Since layouts may fill the holes between the blocks in use first
+    # (2026-11-26), the warm-up's, made before any step could show the routing, is kept in that
+    # form: the first full step follows it for 145 requests, and the run wastes what it wasted
+    # with none kept (5.30 MiB).
     moe = replay(scaled_trace("mixtral_accum.npz", 256), online=True)
-    assert moe["hint_layouts"] >= 3 and moe["hint_layouts_kept"] == 0 and moe["hinted"] == 0
+    assert moe["hint_layouts"] >= 3 and moe["hint_layouts_kept"] <= 1 and moe["hinted"] < 200
+    assert moe["peak_reserved"] - moe["peak_allocated"] <= 5.31 * MiB
     dense = replay(scaled_trace("llama_accum.npz", 256), online=True)
     assert dense["hint_layouts_kept"] >= dense["hint_layouts"] - 1 and dense["hinted"] > 0
 

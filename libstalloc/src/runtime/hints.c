@@ -387,6 +387,17 @@ static void restore_sizes(hint_job* job, uint64_t* saved) {
   free(saved);
 }
 
+static bool place_in_holes(const hint_job* job, uint64_t* offsets);
+
+/* Holes first is tried on runs where no step so far changed with no rule to say how (an MoE
+ * step follows its layout only in part), and not for a step with under half the requests of the
+ * run's largest (an evaluation pass: far below the run's peak, it has nothing to gain, and the
+ * blocks it leaves where the next training step's layout did not expect them cost that step
+ * granules). docs/online.md, "Holes first". */
+static bool holes_first_allowed(const hint_job* job) {
+  return !job->changed && job->requests * 2 >= job->most;
+}
+
 enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
 
 /* Placed with the rest, the requests that outlive the step (`outlives`) can spoil the layout:
@@ -394,7 +405,7 @@ enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
  * the boundary), and the placement, held only to that higher peak, leaves the step's own peak
  * loose. So the step is also placed without them, and they go around it after. The layout whose
  * replay needs fewer granules when they are not made again is kept (ties: when they are). */
-static void place_outliving_last(hint_job* job) {
+static void place_outliving_last(hint_job* job, bool holes) {
   size_t n = job->requests;
   uint64_t* two = malloc((job->count ? job->count : 1) * sizeof *two);
   uint8_t* kind = malloc(n ? n : 1);
@@ -403,13 +414,13 @@ static void place_outliving_last(hint_job* job) {
   for (size_t j = 0; j < n; j++)
     kind[j] = outlives(job, j) ? OUTLIVES : job->items[j].fixed_offset == PLACE_FREE ? FREE_FIRST : PLACED_FIXED;
   job->hinted_alone = replayed_peak(job, job->offsets, n);
-  job->best_fit_alone = replayed_peak(job, NULL, 0);
-  bool ok = place_all(job, two);
+  if (!job->best_fit_alone) job->best_fit_alone = replayed_peak(job, NULL, 0);
+  bool ok = holes ? place_in_holes(job, two) : place_all(job, two);
   uint64_t two_alone = ok ? replayed_peak(job, two, n) : 0;
   restore_sizes(job, size);
   for (size_t j = 0; j < n; j++)
     if (ok && kind[j] == FREE_FIRST) job->items[j].fixed_offset = two[j];
-  ok = ok && place_all(job, two);
+  ok = ok && (holes ? place_in_holes(job, two) : place_all(job, two));
   for (size_t j = 0; j < n; j++)
     if (kind[j] == FREE_FIRST) job->items[j].fixed_offset = PLACE_FREE;
   uint64_t two_with = ok ? replayed_peak(job, two, n) : 0;
@@ -508,42 +519,52 @@ out:
   return ok;
 }
 
-/* The holes-first layout replaces the free one where its replay needs fewer granules, on runs
- * where no step so far changed with no rule to say how (an MoE step follows its layout only in
- * part), and not for a step with under half the requests of the run's largest (an evaluation
- * pass: far below the run's peak, it has nothing to gain, and the blocks it leaves where the
- * next training step's layout did not expect them cost that step granules). docs/online.md,
- * "Holes first". */
-static void try_holes_first(hint_job* job) {
-  uint64_t* alt = job->changed || job->requests * 2 < job->most ? NULL : malloc((job->count ? job->count : 1) * sizeof *alt);
-  if (alt && place_in_holes(job, alt)) {
-    uint64_t peak = replayed_peak(job, alt, job->requests);
-    if (peak && peak < job->hinted) {
-      memcpy(job->offsets, alt, job->count * sizeof *alt);
-      job->hinted = peak;
-    }
-  }
-  free(alt);
+/* One way of laying the step out, placed around the blocks in use freely or holes first: the
+ * layout, its replays, and whether it is kept (it beats best fit on the step it came from, with
+ * or without the requests that outlive it, and is not at risk where a step follows it only in
+ * part). */
+static bool lay_out(hint_job* job, bool holes, bool outliving) {
+  size_t n = job->requests;
+  if (!(holes ? place_in_holes(job, job->offsets) : place_all(job, job->offsets))) return false;
+  job->hinted = replayed_peak(job, job->offsets, n);
+  job->hinted_alone = 0;
+  if (outliving) place_outliving_last(job, holes);
+  bool with = job->hinted && job->best_fit && job->hinted < job->best_fit;
+  return (with || (job->hinted_alone && job->best_fit_alone && job->hinted_alone < job->best_fit_alone)) &&
+         !layout_at_risk(job, with);
 }
 
 static void* place_thread(void* arg) {
   hint_job* job = arg;
   double t0 = st_now();
-  job->ok = !too_large_to_replay(job) && place_all(job, job->offsets);
-  if (job->ok) {
-    size_t n = job->requests;
-    job->hinted = replayed_peak(job, job->offsets, n);
-    if (job->hinted) try_holes_first(job);
+  size_t n = job->requests;
+  bool outliving = false;
+  for (size_t j = 0; j < n && !outliving; j++) outliving = outlives(job, j);
+  bool large = too_large_to_replay(job), kept = false;
+  if (!large) {
     job->best_fit = replayed_peak(job, NULL, 0);
-    bool outliving = false;
-    for (size_t j = 0; j < n && !outliving; j++) outliving = outlives(job, j);
-    if (outliving) place_outliving_last(job);
-    /* kept only where they beat best fit on the step they came from, with or without the
-     * requests that outlive it, and are not at risk where a step follows them only in part */
-    bool with = job->hinted && job->best_fit && job->hinted < job->best_fit;
-    job->ok = (with || (job->hinted_alone && job->best_fit_alone && job->hinted_alone < job->best_fit_alone)) &&
-              !layout_at_risk(job, with);
+    kept = lay_out(job, false, outliving);
   }
+  uint64_t* free_way = !large && holes_first_allowed(job) ? malloc((job->count ? job->count : 1) * sizeof *free_way) : NULL;
+  if (free_way) {
+    /* holes first replaces the free layout where it is kept and, if the free one is too, its
+     * replay needs fewer granules (without the requests that outlive the step where there are
+     * such, as a step that does not make them again runs; ties: with them) */
+    uint64_t hinted = job->hinted, alone = job->hinted_alone;
+    memcpy(free_way, job->offsets, job->count * sizeof *free_way);
+    bool better = lay_out(job, true, outliving) &&
+                  (!kept || (outliving ? job->hinted_alone < alone || (job->hinted_alone == alone && job->hinted < hinted)
+                                       : job->hinted < hinted));
+    if (better) {
+      kept = true;
+    } else {
+      memcpy(job->offsets, free_way, job->count * sizeof *free_way);
+      job->hinted = hinted;
+      job->hinted_alone = alone;
+    }
+    free(free_way);
+  }
+  job->ok = kept;
   st_clear_error();
   job->seconds = st_now() - t0;
   atomic_store_explicit(&job->done, 1, memory_order_release);
