@@ -358,9 +358,15 @@ out:
 }
 
 /* Requests that outlive the step, with no sign that the next step frees their like (`once`),
- * and free to place: a warm-up step's new optimizer state, which the next step does not make. */
+ * and free to place: a warm-up step's new optimizer state, which the next step does not make.
+ * That comes in runs (a pair or more per parameter); a lone one between requests that do not
+ * outlive the step is more likely what every step makes again in that place (an input batch
+ * kept until the next step begins, which the warm-up has no step before to show): it is laid
+ * out with the step, not last, where it was often left alone in the layout's top granule when
+ * the next step followed it (gpt2_plain at 256x: a granule, 2.49 MiB of waste against 0.49). */
 static bool outlives(const hint_job* job, size_t j) {
-  return job->once && job->once[j] && job->items[j].fixed_offset == PLACE_FREE;
+  if (!job->once || !job->once[j] || job->items[j].fixed_offset != PLACE_FREE) return false;
+  return (j > 0 && job->once[j - 1]) || (j + 1 < job->requests && job->once[j + 1]);
 }
 
 static bool place_all(hint_job* job, uint64_t* offsets) {
