@@ -41,6 +41,7 @@ import stalloc
 from stalloc.baseline import simulate
 from stalloc.replay import replay
 from stalloc.compare import first_steps
+from stalloc.session import step_sizes
 from stalloc.trace import ALLOC, STEP
 
 
@@ -57,9 +58,7 @@ def repeats_exactly(t) -> bool:
     the sizes the step before it asked for, position by position. MoE routing, dynamic padding,
     a curriculum or a ramp in the second half, or evaluation passes between steps, all break it.
     The issue's line for such runs: at most 5% of PyTorch's default waste."""
-    ev = np.asarray(t.events)
-    marks = np.flatnonzero(ev["kind"] == STEP)
-    steps = [ev["size"][a + 1:b][ev["kind"][a + 1:b] == ALLOC] for a, b in zip(marks[:-1], marks[1:])]
+    steps = step_sizes(t)
     tail = steps[len(steps) // 2 - 1:] if len(steps) >= 3 else []
     return bool(tail) and all(np.array_equal(a, b) for a, b in zip(tail, tail[1:]))
 

@@ -73,14 +73,20 @@ def steady_part(trace: Trace, skip_steps: int = 1) -> Trace:
     return Trace.from_events(ev)
 
 
+def step_sizes(trace: Trace) -> list[np.ndarray]:
+    """The sizes each complete step asked for, in order: one array per pair of consecutive step
+    markers (what comes before the first marker or after the last is not a step)."""
+    ev = trace.events
+    marks = np.flatnonzero(ev["kind"] == STEP)
+    return [ev["size"][a + 1:b][ev["kind"][a + 1:b] == ALLOC] for a, b in zip(marks[:-1], marks[1:])]
+
+
 def steps_vary(trace: Trace) -> bool:
     """Whether the recorded run changed shape, by the online lifecycle's rule: among its
     trailing complete steps of one kind (the same number of allocations), some position's size
     differs (dynamic padding, a curriculum, MoE routing). A plan saved from such a run misses
     on the next one, which the growable pool serves better."""
-    ev = trace.events
-    marks = np.flatnonzero(ev["kind"] == STEP)
-    steps = [ev["size"][a + 1:b][ev["kind"][a + 1:b] == ALLOC] for a, b in zip(marks[:-1], marks[1:])]
+    steps = step_sizes(trace)
     if not steps:
         return False
     last, k = steps[-1], len(steps) - 1

@@ -417,6 +417,11 @@ def scaled_trace(name: str, k: int) -> Trace:
     return stalloc.load_trace(TRACES / name).scaled(k)
 
 
+def granule_floor(t: Trace) -> int:
+    """The least waste a pool of 2 MiB granules can have on `t`: its lower bound rounded up."""
+    return -(-t.lower_bound // (2 * MiB)) * 2 * MiB - t.lower_bound
+
+
 @pytest.mark.parametrize("name", ["llama_1f1b.npz", "llama_accum.npz", "gpt2_accum.npz"])
 def test_layout_hints_lower_a_first_runs_waste(name):
     # Sizes x256 (1-2 GiB runs): best fit leaves a hole, with its partly used granules, wherever
@@ -451,8 +456,7 @@ def test_layouts_fill_the_holes_between_the_blocks_in_use_first(name, granules_o
     # request that outlives the warm-up was laid out with the step rather than last).
     t = scaled_trace("changing/" + name if name == "gpt2_ramp.npz" else name, 256)
     r = replay(t, online=True)
-    floor = -(-t.lower_bound // (2 * MiB)) * 2 * MiB - t.lower_bound
-    assert r["peak_reserved"] - r["peak_allocated"] <= floor + granules_over_floor * 2 * MiB
+    assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t) + granules_over_floor * 2 * MiB
 
 
 DENSE_PERIODIC = [f"{m}_{v}.npz" for m in ("gpt2", "llama")
@@ -468,8 +472,7 @@ def test_a_run_that_repeats_exactly_wastes_at_most_5_percent_of_pytorchs(name):
     from stalloc.baseline import simulate
     t = scaled_trace(name, 256)
     r = replay(t, online=True)
-    floor = -(-t.lower_bound // (2 * MiB)) * 2 * MiB - t.lower_bound
-    allowed = max(0.05 * simulate(t, "pytorch")["waste"], floor)
+    allowed = max(0.05 * simulate(t, "pytorch")["waste"], granule_floor(t))
     assert r["peak_reserved"] - r["peak_allocated"] <= allowed
 
 
