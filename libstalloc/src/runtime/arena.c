@@ -246,11 +246,11 @@ static st_arena_block* at_find(st_arena_block* t, uint64_t at) {
  * small block in the smallest hole anywhere in the range, and one that lives on (the optimizer
  * state of a norm or a bias) then holds a granule among activations that are freed; low in the
  * range, small blocks stay together beside the blocks that live longest (docs/online.md,
- * "Small requests go low"). Small: under a quarter of a granule, and under 1/1024 of the range
+ * "Small requests go low"). Small: at most a quarter of a granule, and under 1/1024 of the range
  * used so far (in a run of a few granules nearly every block is under a quarter of one, and
  * there best fit packs them better). Only where the free blocks are kept by address (with the
  * layout hints, the online default); a pool without them stays best fit, and as cheap. */
-#define SMALL_REQUEST(a, need) ((a)->by_address && (need) < (a)->granule / 4 && (need) < (a)->top / 1024)
+#define SMALL_REQUEST(a, need) ((a)->by_address && (need) <= (a)->granule / 4 && (need) < (a)->top / 1024)
 
 static st_arena_block* lowest_fit(st_arena_block* t, uint64_t need) {
   while (t && t->most >= need) {

@@ -506,7 +506,7 @@ static void test_a_limit_under_the_peak_moves_an_unused_granule(void) {
   teardown(&f); /* destroying the arena unmaps what is still counted */
 }
 
-/* Where the free blocks are kept by address (the layout hints' index), a request under a
+/* Where the free blocks are kept by address (the layout hints' index), a request of at most a
  * quarter of a granule and under 1/1024 of the range used so far takes the lowest free block
  * that fits; others, and every request without the index, the smallest (best fit). */
 static void test_small_requests_go_low(void) {
@@ -533,11 +533,23 @@ static void test_small_requests_go_low(void) {
   CHECK_OK(st_arena_alloc(f.arena, 100 * 1024, 0, &q, &c)); /* the lowest that fits: 200 KiB */
   CHECK(q == p[4]);
   st_arena_free(f.arena, c, 0);
-  void* quarter;
-  st_arena_block* qb;
-  CHECK_OK(st_arena_alloc(f.arena, G / 4, 0, &quarter, &qb)); /* a quarter granule: best fit, */
-  CHECK((uint8_t*)quarter > (uint8_t*)big);                    /* the top (no hole holds it) */
+  /* above the big block: a hole of half a granule, then one just over a quarter */
+  void *x, *y, *sep[2], *q2;
+  st_arena_block *xb, *yb, *sepb[2], *qb;
+  CHECK_OK(st_arena_alloc(f.arena, G / 2, 0, &x, &xb));
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &sep[0], &sepb[0]));
+  CHECK_OK(st_arena_alloc(f.arena, G / 4 + 64 * 1024, 0, &y, &yb));
+  CHECK_OK(st_arena_alloc(f.arena, MiB, 0, &sep[1], &sepb[1]));
+  CHECK((uint8_t*)x < (uint8_t*)y);
+  st_arena_free(f.arena, xb, 0);
+  st_arena_free(f.arena, yb, 0);
+  CHECK_OK(st_arena_alloc(f.arena, G / 4, 0, &q2, &qb)); /* a quarter granule is small: the lower */
+  CHECK(q2 == x);
   st_arena_free(f.arena, qb, 0);
+  CHECK_OK(st_arena_alloc(f.arena, G / 4 + 4096, 0, &q2, &qb)); /* just over it: best fit */
+  CHECK(q2 == y);
+  st_arena_free(f.arena, qb, 0);
+  for (int i = 0; i < 2; i++) st_arena_free(f.arena, sepb[i], 0);
   st_arena_free(f.arena, bb, 0);
   for (int i = 0; i < 3; i++) st_arena_free(f.arena, b[2 * i + 1], 0);
   teardown(&f);
@@ -554,7 +566,7 @@ static void test_lowest_fit_matches_a_scan(void) {
   void* p[SLOTS] = {0};
   st_arena_block* b[SLOTS] = {0};
   CHECK_OK(st_arena_alloc(f.arena, 1024 * MiB, 0, &p[0], &b[0])); /* a range of 1 GiB on: every */
-                                                                   /* request under G/4 is small */
+                                                                   /* request up to G/4 is small */
   uint64_t starts[SLOTS], sizes[SLOTS], tags[SLOTS];
   uint32_t rng = 12345;
   for (int step = 0; step < STEPS; step++) {
@@ -567,7 +579,7 @@ static void test_lowest_fit_matches_a_scan(void) {
     }
     rng = rng * 1664525u + 1013904223u;
     bool small = (rng >> 31) != 0;
-    uint64_t size = small ? 512 + (rng >> 8) % (G / 4 - 1024) : G / 4 + (rng >> 8) % (6 * MiB);
+    uint64_t size = small ? 512 + (rng >> 8) % (G / 4 - 1024) : G / 4 + 512 + (rng >> 8) % (6 * MiB);
     if (!small && (rng & 0x300) == 0) size = G * (1 + (rng >> 10) % 3); /* on a boundary: split twice */
     uint64_t need = (size + 511) & ~511ull;
     /* the lowest free block of at least need bytes, from the gaps between live blocks */
