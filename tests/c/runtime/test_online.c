@@ -266,6 +266,40 @@ static void test_each_kind_of_step_gets_a_plan(void) {
   CHECK_OK(stalloc_allocator_destroy(a));
 }
 
+/* A larger batch from some step on (a batch ramp): more layers' worth of requests, each larger,
+ * so a kind of step no plan knows. */
+static void larger_step(stalloc_allocator_t* a) {
+  void* act[LAYERS + 2];
+  for (int i = 0; i < LAYERS + 2; i++) CHECK_OK(stalloc_allocator_alloc(a, (size_t)(6 + i % 5) << 16, 0, 0, &act[i]));
+  for (int i = LAYERS + 1; i >= 0; i--) CHECK_OK(stalloc_allocator_free(a, act[i]));
+}
+
+/* With a growable pool, a step of a kind with no plan (the first of a batch ramp) is served by
+ * the other kind's plan, as it cannot be told apart before it happens, and misses; the steps
+ * after it go to the growable pool, not to that plan again, until their kind has a plan. */
+static void test_a_kind_with_no_plan_goes_to_the_pool(void) {
+  stalloc_allocator_t* a = waiting(1, 1);
+  uint64_t n = 0;
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  for (int i = 0; i < 8; i++) {
+    step(a, 4);
+    CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  }
+  CHECK(info_of(a).state == STALLOC_ONLINE_SERVING);
+  uint64_t before = misses_of(a);
+  larger_step(a); /* served by the plan: misses */
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  uint64_t first = misses_of(a);
+  CHECK(first > before);
+  larger_step(a); /* the pool */
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  CHECK(misses_of(a) == first);
+  step(a, 4); /* the plan's kind again: its plan, which it hits */
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  CHECK(misses_of(a) == first);
+  CHECK_OK(stalloc_allocator_destroy(a));
+}
+
 int main(void) {
   RUN(test_switches_in_the_background_and_replans);
   RUN(test_destroy_while_planning);
@@ -273,5 +307,6 @@ int main(void) {
   RUN(test_declined_when_the_pool_needs_less);
   RUN(test_layout_hints_follow_the_step_before);
   RUN(test_each_kind_of_step_gets_a_plan);
+  RUN(test_a_kind_with_no_plan_goes_to_the_pool);
   return 0;
 }
