@@ -7,8 +7,9 @@
  *   fallback      no plan: the caching best-fit pool (what record mode and misses use)
  *   malloc/free   glibc, same size sequence
  *
- * Each row: 101 batches of 4096 pairs, median of the per-pair batch averages. Usage:
- *   cmake --build build --target bench_hot_path && build/bench/c/bench_hot_path */
+ * Each row: BATCHES (default 101) batches of 4096 pairs, median of the per-pair batch averages.
+ * Usage:
+ *   cmake --build build --target bench_hot_path && build/bench/c/bench_hot_path [BATCHES] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,9 @@
 
 #define N 16        /* distinct sizes, one iteration of the plan */
 #define BATCH 4096
-#define BATCHES 101
+#define BATCHES_MAX 100001
+
+static int batches = 101; /* argv[1]: more for a steadier median on a noisy machine */
 
 static uint64_t sizes[N];
 
@@ -71,15 +74,15 @@ static void pair_lock(void* ctx, int i) {
 }
 
 static double median_ns(pair_fn f, void* ctx, int* counter) {
-  double per[BATCHES];
+  static double per[BATCHES_MAX];
   for (int i = 0; i < BATCH; i++) f(ctx, (*counter)++); /* warm up */
-  for (int b = 0; b < BATCHES; b++) {
+  for (int b = 0; b < batches; b++) {
     double t0 = now_ns();
     for (int i = 0; i < BATCH; i++) f(ctx, (*counter)++);
     per[b] = (now_ns() - t0) / BATCH;
   }
-  qsort(per, BATCHES, sizeof per[0], cmp_double);
-  return per[BATCHES / 2];
+  qsort(per, (size_t)batches, sizeof per[0], cmp_double);
+  return per[batches / 2];
 }
 
 static stalloc_allocator_t* make(stalloc_backend_kind_t kind, const stalloc_plan* plan) {
@@ -120,7 +123,17 @@ static double shared_ns(stalloc_allocator_t* a, pair_fn f, int threads) {
   return per[4];
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    char* end;
+    long b = strtol(argv[1], &end, 10);
+    if (*end || b < 1 || b > BATCHES_MAX) {
+      fprintf(stderr, "usage: %s [BATCHES]  (1..%d batches of %d pairs per row, default 101)\n", argv[0],
+              BATCHES_MAX, BATCH);
+      return 2;
+    }
+    batches = (int)b;
+  }
   /* 4 KiB .. 60 MiB: activation-like sizes. Each request is freed before the next, so the plan
    * may put them all at offset 0; tiny entries (<= 512 B) follow in a second plan. */
   for (int i = 0; i < N; i++) sizes[i] = 4096ull << (i % 14);
