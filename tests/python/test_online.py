@@ -459,6 +459,17 @@ def test_layouts_fill_the_holes_between_the_blocks_in_use_first(name, granules_o
     assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t) + granules_over_floor * 2 * MiB
 
 
+@pytest.mark.parametrize("name", ["llama_plain.npz", "changing/llama_eval.npz"])
+def test_layouts_put_blocks_of_whole_granules_on_granule_boundaries(name):
+    # Sizes x256. A block of whole granules placed with the rest can straddle a granule
+    # boundary; freed at the step's peak, it leaves two partly used granules where one would
+    # have been free. Laid out first, on boundaries, such blocks bring these runs to their lower
+    # bound in whole granules (2.57 MiB of waste before, 0.57).
+    t = scaled_trace(name, 256)
+    r = replay(t, online=True)
+    assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t)
+
+
 DENSE_PERIODIC = [f"{m}_{v}.npz" for m in ("gpt2", "llama")
                   for v in ("plain", "recompute", "accum", "1f1b", "1f1b_m8", "1f1b_vpp", "1f1b_recompute")]
 
