@@ -525,8 +525,19 @@ out:
   return ok;
 }
 
+/* The step placed as place_all does, with the free requests j where fix[j] held at at[j]. */
+static bool place_around(hint_job* job, const bool* fix, const uint64_t* at, uint64_t* offsets) {
+  size_t n = job->requests;
+  for (size_t j = 0; j < n; j++)
+    if (fix[j]) job->items[j].fixed_offset = at[j];
+  bool ok = place_all(job, offsets);
+  for (size_t j = 0; j < n; j++)
+    if (fix[j]) job->items[j].fixed_offset = PLACE_FREE;
+  return ok;
+}
+
 /* Whole granules first: the requests whose size is a whole number of granules placed alone, on
- * granule boundaries (around the blocks in use, each taken as covering its last granule whole),
+ * granule boundaries (around the blocks in use, each taken as a whole number of granules long),
  * then the rest around them. Placed with the rest, such a block can end up straddling a
  * boundary, and once it is freed at the step's peak the hole it leaves spans two partly used
  * granules where one would have been free (T5's 2 and 4 MiB activations x256). false: none such,
@@ -550,20 +561,11 @@ static bool place_granules_first(hint_job* job, uint64_t* offsets) {
     st_place_result r;
     ok = st_place(job->items, job->count, &p, off1, &r) == STALLOC_OK;
     for (size_t j = 0; j < n; j++) job->items[j].size = saved[j];
-    bool* fixed = calloc(n ? n : 1, 1);
-    if (ok && fixed) {
-      for (size_t j = 0; j < n; j++)
-        if (job->items[j].fixed_offset == PLACE_FREE && saved[j] >= G && saved[j] % G == 0) {
-          job->items[j].fixed_offset = off1[j];
-          fixed[j] = true;
-        }
-      ok = place_all(job, offsets);
-      for (size_t j = 0; j < n; j++)
-        if (fixed[j]) job->items[j].fixed_offset = PLACE_FREE;
-    } else {
-      ok = false;
-    }
-    free(fixed);
+    bool* whole = calloc(n ? n : 1, 1);
+    for (size_t j = 0; whole && j < n; j++)
+      whole[j] = job->items[j].fixed_offset == PLACE_FREE && saved[j] >= G && saved[j] % G == 0;
+    ok = ok && whole && place_around(job, whole, off1, offsets);
+    free(whole);
   }
   free(saved);
   free(off1);
@@ -599,19 +601,10 @@ static bool lay_out_granules_first(hint_job* job, bool outliving, bool kept) {
   bool ok = offsets && was && (!outliving || hidden) && place_granules_first(job, offsets);
   uint64_t alone = ok ? replayed_peak(job, offsets, n) : 0;
   if (hidden) restore_sizes(job, hidden);
-  bool* around = ok && outliving ? calloc(n ? n : 1, 1) : NULL;
-  if (around) { /* the requests that outlive the step around the rest, as in place_outliving_last */
-    for (size_t j = 0; j < n; j++)
-      if (!outlives(job, j) && job->items[j].fixed_offset == PLACE_FREE) {
-        job->items[j].fixed_offset = offsets[j];
-        around[j] = true;
-      }
-    ok = place_all(job, offsets);
-    for (size_t j = 0; j < n; j++)
-      if (around[j]) job->items[j].fixed_offset = PLACE_FREE;
-  } else if (outliving) {
-    ok = false;
-  }
+  bool* rest = ok && outliving ? calloc(n ? n : 1, 1) : NULL;
+  for (size_t j = 0; rest && j < n; j++) rest[j] = !outlives(job, j) && job->items[j].fixed_offset == PLACE_FREE;
+  if (outliving) /* the requests that outlive the step around the rest, as in place_outliving_last */
+    ok = ok && rest && place_around(job, rest, offsets, offsets);
   uint64_t now = outliving ? job->hinted_alone : job->hinted;
   uint64_t bound = outliving ? job->best_fit_alone : job->best_fit;
   if (ok && alone && alone < bound && (!kept || alone < now)) {
@@ -628,7 +621,7 @@ static bool lay_out_granules_first(hint_job* job, bool outliving, bool kept) {
       kept = true;
     }
   }
-  free(around);
+  free(rest);
   free(offsets);
   free(was);
   return kept;
