@@ -38,7 +38,7 @@ from .. import capture
 from .._lib import ffi, lib, library_path
 from ..allocator import Allocator
 from ..errors import OutOfMemoryError
-from ..session import PlanSession, online_params
+from ..session import PlanSession, check_record_steps, online_params
 
 __all__ = [
     "cuda_unavailable_reason", "enable", "step", "state", "save_plan", "empty_cache",
@@ -136,9 +136,9 @@ def _check_arguments(record_steps, time_limit, online) -> None:
     second enable() would be refused. The online lifecycle checks them as the session will pass
     them (session.online_params)."""
     if not online:
-        if record_steps < 2 or not time_limit >= 0:
-            raise ValueError(f"stalloc: record_steps must be at least 2 (got {record_steps}) and "
-                             f"time_limit at least 0 (got {time_limit})")
+        check_record_steps(record_steps)
+        if not time_limit >= 0:
+            raise ValueError(f"stalloc: time_limit must be at least 0 (got {time_limit})")
         return
     probe = Allocator(backend="virtual")
     try:

@@ -39,7 +39,7 @@ from .errors import InvalidArgumentError
 from .plan import Plan, plan as make_plan
 from .trace import ALLOC, FREE, FLAG_UNMATCHED, STEP, Trace
 
-__all__ = ["rank_plan_path", "steady_part", "online_params", "PlanSession"]
+__all__ = ["rank_plan_path", "steady_part", "check_record_steps", "online_params", "PlanSession"]
 
 RECORDING, PLANNING, PLANNED, FAILED = "recording", "planning", "planned", "failed"
 POOL = "pool"  # online: no plan used, the growable pool serves the run
@@ -95,6 +95,13 @@ def steps_vary(trace: Trace) -> bool:
     return any(not np.array_equal(s, last) for s in steps[k:-1])
 
 
+def check_record_steps(record_steps: int) -> None:
+    """A session records at least two steps: the first is warm-up (the optimizer makes its state
+    there), so a plan from it alone would not repeat."""
+    if record_steps < 2:
+        raise ValueError(f"record_steps must be at least 2 (got {record_steps}; the first step is warm-up)")
+
+
 def online_params(record_steps: int, time_limit: float, online, background: bool = True) -> dict:
     """The online lifecycle's parameters (stalloc_online_params_t fields) a session with these
     arguments starts it with: a time limit of at most 1 s per plan, the fields of an ``online``
@@ -115,8 +122,7 @@ class PlanSession:
         given = online if isinstance(online, collections.abc.Mapping) else None  # stalloc_online_params_t fields
         if given is not None:  # its record_steps is the session's too
             record_steps = given.get("record_steps", record_steps)
-        if record_steps < 2:
-            raise ValueError("record_steps must be at least 2 (the first step is warm-up)")
+        check_record_steps(record_steps)
         self.allocator = allocator
         self.record_steps = record_steps
         self.plan_file = rank_plan_path(plan_path, rank)
