@@ -404,7 +404,26 @@ static bool holes_first_allowed(const hint_job* job) {
   return !job->changed && job->requests * 2 >= job->most;
 }
 
-enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
+/* The step placed as place_all or place_in_holes does, with the free requests j where fix[j]
+ * held at at[j] (at may be offsets). */
+static bool place_around(hint_job* job, const bool* fix, const uint64_t* at, bool holes, uint64_t* offsets) {
+  size_t n = job->requests;
+  for (size_t j = 0; j < n; j++)
+    if (fix[j]) job->items[j].fixed_offset = at[j];
+  bool ok = holes ? place_in_holes(job, offsets) : place_all(job, offsets);
+  for (size_t j = 0; j < n; j++)
+    if (fix[j]) job->items[j].fixed_offset = PLACE_FREE;
+  return ok;
+}
+
+/* By request: free to place and not outliving the step (the rest, around which the requests
+ * that outlive it go last). NULL: no host memory. */
+static bool* the_rest(const hint_job* job) {
+  size_t n = job->requests;
+  bool* rest = malloc(n ? n : 1);
+  for (size_t j = 0; rest && j < n; j++) rest[j] = job->items[j].fixed_offset == PLACE_FREE && !outlives(job, j);
+  return rest;
+}
 
 /* Placed with the rest, the requests that outlive the step (`outlives`) can spoil the layout:
  * a warm-up step's optimizer state counts twice at its end (made in the step, and in use at
@@ -414,21 +433,15 @@ enum { PLACED_FIXED, OUTLIVES, FREE_FIRST };
 static void place_outliving_last(hint_job* job, bool holes) {
   size_t n = job->requests;
   uint64_t* two = malloc((job->count ? job->count : 1) * sizeof *two);
-  uint8_t* kind = malloc(n ? n : 1);
-  uint64_t* size = two && kind ? hide_outliving(job) : NULL;
+  bool* rest = the_rest(job);
+  uint64_t* size = two && rest ? hide_outliving(job) : NULL;
   if (!size) goto out;
-  for (size_t j = 0; j < n; j++)
-    kind[j] = outlives(job, j) ? OUTLIVES : job->items[j].fixed_offset == PLACE_FREE ? FREE_FIRST : PLACED_FIXED;
   job->hinted_alone = replayed_peak(job, job->offsets, n);
   if (!job->best_fit_alone) job->best_fit_alone = replayed_peak(job, NULL, 0);
   bool ok = holes ? place_in_holes(job, two) : place_all(job, two);
   uint64_t two_alone = ok ? replayed_peak(job, two, n) : 0;
   restore_sizes(job, size);
-  for (size_t j = 0; j < n; j++)
-    if (ok && kind[j] == FREE_FIRST) job->items[j].fixed_offset = two[j];
-  ok = ok && (holes ? place_in_holes(job, two) : place_all(job, two));
-  for (size_t j = 0; j < n; j++)
-    if (kind[j] == FREE_FIRST) job->items[j].fixed_offset = PLACE_FREE;
+  ok = ok && place_around(job, rest, two, holes, two);
   uint64_t two_with = ok ? replayed_peak(job, two, n) : 0;
   if (two_alone && two_with &&
       (!job->hinted_alone || two_alone < job->hinted_alone || (two_alone == job->hinted_alone && two_with < job->hinted))) {
@@ -438,7 +451,7 @@ static void place_outliving_last(hint_job* job, bool holes) {
   }
 out:
   free(two);
-  free(kind);
+  free(rest);
 }
 
 /* Hints stop where a step stops matching them (an MoE gate routes other sizes), and the blocks
@@ -525,17 +538,6 @@ out:
   return ok;
 }
 
-/* The step placed as place_all does, with the free requests j where fix[j] held at at[j]. */
-static bool place_around(hint_job* job, const bool* fix, const uint64_t* at, uint64_t* offsets) {
-  size_t n = job->requests;
-  for (size_t j = 0; j < n; j++)
-    if (fix[j]) job->items[j].fixed_offset = at[j];
-  bool ok = place_all(job, offsets);
-  for (size_t j = 0; j < n; j++)
-    if (fix[j]) job->items[j].fixed_offset = PLACE_FREE;
-  return ok;
-}
-
 /* Whole granules first: the requests whose size is a whole number of granules placed alone, on
  * granule boundaries (around the blocks in use, each taken as a whole number of granules long),
  * then the rest around them. Placed with the rest, such a block can end up straddling a
@@ -543,30 +545,29 @@ static bool place_around(hint_job* job, const bool* fix, const uint64_t* at, uin
  * granules where one would have been free (T5's 2 and 4 MiB activations x256). false: none such,
  * or no host memory. */
 static bool place_granules_first(hint_job* job, uint64_t* offsets) {
-  const uint64_t G = ST_VIRTUAL_GRANULE;
   size_t n = job->requests;
+  bool* whole = malloc(n ? n : 1);
   bool any = false;
-  for (size_t j = 0; j < n; j++)
-    any |= job->items[j].fixed_offset == PLACE_FREE && job->items[j].size >= G && job->items[j].size % G == 0;
-  if (!any) return false;
-  uint64_t* saved = malloc(n * sizeof *saved);
-  uint64_t* off1 = malloc((job->count ? job->count : 1) * sizeof *off1);
+  for (size_t j = 0; whole && j < n; j++) {
+    uint64_t size = job->items[j].size;
+    whole[j] = job->items[j].fixed_offset == PLACE_FREE && size >= ST_VIRTUAL_GRANULE && size % ST_VIRTUAL_GRANULE == 0;
+    any |= whole[j];
+  }
+  uint64_t* saved = any ? malloc(n * sizeof *saved) : NULL;
+  uint64_t* off1 = saved ? malloc((job->count ? job->count : 1) * sizeof *off1) : NULL;
   bool ok = false;
-  if (saved && off1) {
+  if (off1) {
     for (size_t j = 0; j < n; j++) {
       saved[j] = job->items[j].size;
-      if (!(saved[j] >= G && saved[j] % G == 0)) job->items[j].size = 0;
+      if (!whole[j]) job->items[j].size = 0;
     }
-    st_place_params p = {.alignment = G, .time_limit = 0, .cancel = NULL, .every_ordering = true};
+    st_place_params p = {.alignment = ST_VIRTUAL_GRANULE, .time_limit = 0, .cancel = NULL, .every_ordering = true};
     st_place_result r;
     ok = st_place(job->items, job->count, &p, off1, &r) == STALLOC_OK;
     for (size_t j = 0; j < n; j++) job->items[j].size = saved[j];
-    bool* whole = calloc(n ? n : 1, 1);
-    for (size_t j = 0; whole && j < n; j++)
-      whole[j] = job->items[j].fixed_offset == PLACE_FREE && saved[j] >= G && saved[j] % G == 0;
-    ok = ok && whole && place_around(job, whole, off1, offsets);
-    free(whole);
+    ok = ok && place_around(job, whole, off1, false, offsets);
   }
+  free(whole);
   free(saved);
   free(off1);
   return ok;
@@ -601,10 +602,9 @@ static bool lay_out_granules_first(hint_job* job, bool outliving, bool kept) {
   bool ok = offsets && was && (!outliving || hidden) && place_granules_first(job, offsets);
   uint64_t alone = ok ? replayed_peak(job, offsets, n) : 0;
   if (hidden) restore_sizes(job, hidden);
-  bool* rest = ok && outliving ? calloc(n ? n : 1, 1) : NULL;
-  for (size_t j = 0; rest && j < n; j++) rest[j] = !outlives(job, j) && job->items[j].fixed_offset == PLACE_FREE;
+  bool* rest = ok && outliving ? the_rest(job) : NULL;
   if (outliving) /* the requests that outlive the step around the rest, as in place_outliving_last */
-    ok = ok && rest && place_around(job, rest, offsets, offsets);
+    ok = ok && rest && place_around(job, rest, offsets, false, offsets);
   uint64_t now = outliving ? job->hinted_alone : job->hinted;
   uint64_t bound = outliving ? job->best_fit_alone : job->best_fit;
   if (ok && alone && alone < bound && (!kept || alone < now)) {
