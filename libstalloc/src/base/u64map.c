@@ -37,7 +37,7 @@ static bool rehash(u64map* m, size_t capacity) {
   return true;
 }
 
-bool u64map_reserve(u64map* m, size_t n) {
+bool u64map_grow(u64map* m, size_t n) {
   size_t want = 16;
   while (want / 4 * 3 < n) want *= 2; /* load factor at most 3/4 */
   return want <= m->capacity || rehash(m, want);
@@ -64,12 +64,9 @@ uint64_t* u64map_get(const u64map* m, uint64_t key) {
   }
 }
 
-bool u64map_remove(u64map* m, uint64_t key, uint64_t* value) {
-  uint64_t* v = u64map_get(m, key);
-  if (!v) return false;
-  if (value) *value = *v;
+void u64map_remove_found(u64map* m, uint64_t* value) {
   size_t mask = m->capacity - 1;
-  size_t hole = (size_t)((u64map_slot*)((char*)v - offsetof(u64map_slot, value)) - m->slots);
+  size_t hole = (size_t)((u64map_slot*)((char*)value - offsetof(u64map_slot, value)) - m->slots);
   /* Backward shift: pull later entries of the probe run into the hole when allowed. */
   for (size_t j = (hole + 1) & mask; m->slots[j].key; j = (j + 1) & mask) {
     size_t home = slot_of(m->slots[j].key, mask);
@@ -82,5 +79,12 @@ bool u64map_remove(u64map* m, uint64_t key, uint64_t* value) {
   m->slots[hole].key = 0;
   m->slots[hole].value = 0;
   m->count--;
+}
+
+bool u64map_remove(u64map* m, uint64_t key, uint64_t* value) {
+  uint64_t* v = u64map_get(m, key);
+  if (!v) return false;
+  if (value) *value = *v;
+  u64map_remove_found(m, v);
   return true;
 }

@@ -29,7 +29,12 @@ bool u64map_put(u64map* m, uint64_t key, uint64_t value);
 uint64_t* u64map_get(const u64map* m, uint64_t key);
 /* false when the key is absent (always for key 0). */
 bool u64map_remove(u64map* m, uint64_t key, uint64_t* value);
+/* Removes the entry whose value `value` points at, as u64map_get returned it (no second
+ * lookup); nothing may have been put or removed since. */
+void u64map_remove_found(u64map* m, uint64_t* value);
 /* Makes room for n entries in total; false when memory ran out. */
-bool u64map_reserve(u64map* m, size_t n);
+bool u64map_grow(u64map* m, size_t n);
+/* u64map_grow where the table is short: inline, as every alloc asks (load factor at most 3/4). */
+static inline bool u64map_reserve(u64map* m, size_t n) { return n <= m->capacity / 4 * 3 || u64map_grow(m, n); }
 
 #endif

@@ -289,13 +289,16 @@ stalloc_status_t stalloc_allocator_alloc(stalloc_allocator_t* a, size_t size, in
   return s;
 }
 
-/* Looks up a live block; tells a double free from a pointer never given out. Lock held. */
-static stalloc_status_t find_live(stalloc_allocator_t* a, const void* ptr, const char* what, live_block** out) {
+/* Looks up a live block and, if `entry`, its entry in the pointer table; tells a double free
+ * from a pointer never given out. Lock held. */
+static stalloc_status_t find_live(stalloc_allocator_t* a, const void* ptr, const char* what, live_block** out,
+                                  uint64_t** entry) {
   /* NULL is no block (and the freed ring's empty slots hold 0: no "already freed" for it). */
   if (!ptr) return st_fail(STALLOC_ERR_UNKNOWN_POINTER, "%s: NULL is not a block", what);
   uint64_t* v = u64map_get(&a->live, (uint64_t)(uintptr_t)ptr);
   if (v) {
     *out = (live_block*)(uintptr_t)*v;
+    if (entry) *entry = v;
     return STALLOC_OK;
   }
   for (size_t i = 0; i < FREED_RING; i++)
@@ -350,8 +353,9 @@ static uint32_t other_streams(live_block* r, uint64_t stream) {
   return n;
 }
 
-static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t stream) {
-  u64map_remove(&a->live, (uint64_t)(uintptr_t)r->ptr, NULL);
+/* Frees live block r, `entry` its entry in the pointer table (find_live's). Lock held. */
+static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t* entry, uint64_t stream) {
+  u64map_remove_found(&a->live, entry);
   if (__builtin_expect(a->hints != NULL, 0) && r->origin == ORIGIN_ARENA) {
     uint64_t tag = *st_arena_tag(r->handle);
     if (tag) st_hints_freed(a->hints, (uint32_t)(tag >> 32), (uint32_t)tag);
@@ -386,8 +390,9 @@ stalloc_status_t stalloc_allocator_free(stalloc_allocator_t* a, void* ptr) {
   LOCK(a);
   if (a->ops->tick) a->ops->tick(a->backend);
   live_block* r = NULL;
-  stalloc_status_t s = find_live(a, ptr, "free", &r);
-  if (!s) release_live(a, r, r->stream);
+  uint64_t* entry = NULL;
+  stalloc_status_t s = find_live(a, ptr, "free", &r, &entry);
+  if (!s) release_live(a, r, entry, r->stream);
   UNLOCK(a);
   return s;
 }
@@ -399,13 +404,14 @@ stalloc_status_t stalloc_allocator_free_sized(stalloc_allocator_t* a, void* ptr,
   LOCK(a);
   if (a->ops->tick) a->ops->tick(a->backend);
   live_block* r = NULL;
-  stalloc_status_t s = find_live(a, ptr, "free", &r);
+  uint64_t* entry = NULL;
+  stalloc_status_t s = find_live(a, ptr, "free", &r, &entry);
   if (!s && (r->size != size || r->device != device))
     s = st_fail(STALLOC_ERR_INVALID_ARGUMENT,
                 "free: %p was allocated with %llu bytes on device %d, freed with %zu bytes on device %d",
                 ptr, (unsigned long long)r->size, (int)r->device, size, (int)device);
   /* The block's last use may be queued on the stream it is freed on. */
-  if (!s) release_live(a, r, stream);
+  if (!s) release_live(a, r, entry, stream);
   UNLOCK(a);
   return s;
 }
@@ -414,7 +420,7 @@ stalloc_status_t stalloc_allocator_block_size(stalloc_allocator_t* a, const void
   if (!a || !size) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "block_size: NULL argument");
   LOCK(a);
   live_block* r = NULL;
-  stalloc_status_t s = find_live(a, ptr, "block_size", &r);
+  stalloc_status_t s = find_live(a, ptr, "block_size", &r, NULL);
   if (!s) *size = r->size;
   UNLOCK(a);
   return s;
@@ -424,7 +430,7 @@ stalloc_status_t stalloc_allocator_record_stream(stalloc_allocator_t* a, const v
   if (!a || !ptr) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "record_stream: NULL argument");
   LOCK(a);
   live_block* r = NULL;
-  stalloc_status_t s = find_live(a, ptr, "record_stream", &r);
+  stalloc_status_t s = find_live(a, ptr, "record_stream", &r, NULL);
   bool known = false;
   for (uint32_t i = 0; !s && i < r->used_on_count; i++) known |= r->used_on[i] == stream;
   if (!s && !known && stream != r->stream) {
@@ -449,7 +455,7 @@ stalloc_status_t stalloc_allocator_block_base(stalloc_allocator_t* a, const void
   if (!a || !base || !size) return st_fail(STALLOC_ERR_INVALID_ARGUMENT, "block_base: NULL argument");
   LOCK(a);
   live_block* r = NULL;
-  stalloc_status_t s = find_live(a, ptr, "block_base", &r);
+  stalloc_status_t s = find_live(a, ptr, "block_base", &r, NULL);
   void* b = NULL;
   uint64_t n = 0;
   if (!s) {

@@ -7,9 +7,8 @@
 #include "runtime/allocator.h"
 #include "runtime/record.h"
 
-void st_record_event(stalloc_allocator_t* a, uint8_t kind, uint64_t id, uint64_t size,
-                     const void* ptr, uint64_t stream, int32_t device, uint8_t flags) {
-  if (!a->recorder) return;
+void st_record_append(stalloc_allocator_t* a, uint8_t kind, uint64_t id, uint64_t size,
+                      const void* ptr, uint64_t stream, int32_t device, uint8_t flags) {
   stalloc_event_t e = {
       .id = id,
       .size = size,

@@ -96,7 +96,8 @@ struct st_runtime {
   uint64_t cursor;    /* virtual position of the next alloc */
   uint64_t cur_idx;   /* its entry index, or P + I when there is none */
   uint64_t lost;      /* misses since the last match */
-  uint64_t hist[HISTORY]; /* hist[0] = the previous request's size */
+  uint64_t hist[HISTORY]; /* a ring: past(rt, 0) is the previous request's size */
+  unsigned hist_head;     /* where past(rt, 0) is */
 
   st_range_node* root;
   st_range_node* spare;
@@ -179,8 +180,9 @@ static st_range_node* tr_remove(st_range_node* t, st_range_node* n) {
 
 /* ---- nodes, pending frees ---- */
 
-static stalloc_status_t node_new(st_runtime* rt, uint64_t start, uint64_t end, uint64_t stream,
-                                 st_range_node** out) {
+/* Inlined: a planned hit's path, where a call's register saves cost as much as the node. */
+static inline __attribute__((always_inline)) stalloc_status_t node_new(st_runtime* rt, uint64_t start, uint64_t end,
+                                                                       uint64_t stream, st_range_node** out) {
   st_range_node* n = rt->spare;
   if (n) rt->spare = n->pnext;
   else if (!(n = malloc(sizeof *n))) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "runtime: no host memory for a range node");
@@ -414,12 +416,15 @@ static inline bool fits_slot(const st_runtime* rt, const st_plan_entry* e, uint6
   return size_fits(e, size) || (rt->shaped && size <= e->size && size > ST_TINY_MAX);
 }
 
-/* How many of hist[h], hist[h+1], ... match the entries at v, v-1, ... in a row. */
+/* The size of the request h + 1 requests back. */
+static inline uint64_t past(const st_runtime* rt, int h) { return rt->hist[(rt->hist_head + (unsigned)h) % HISTORY]; }
+
+/* How many of past(h), past(h+1), ... match the entries at v, v-1, ... in a row. */
 static int run_length(const st_runtime* rt, uint64_t v, int h) {
   int n = 0;
   for (; h < HISTORY; h++, n++) {
     const st_plan_entry* e = entry_at(rt, v);
-    if (!e || !size_fits(e, rt->hist[h])) break;
+    if (!e || !size_fits(e, past(rt, h))) break;
     if (v-- == 0) return n + 1;
   }
   return n;
@@ -469,8 +474,8 @@ static void try_candidate(const st_runtime* rt, uint64_t v, uint64_t size, int f
 }
 
 static void push_history(st_runtime* rt, uint64_t size) {
-  memmove(&rt->hist[1], &rt->hist[0], (HISTORY - 1) * sizeof rt->hist[0]);
-  rt->hist[0] = size;
+  rt->hist_head = (rt->hist_head + HISTORY - 1) % HISTORY;
+  rt->hist[rt->hist_head] = size;
 }
 
 /* A request larger than the slot expected at the cursor (runtime.c's OUTGROWN). */
