@@ -1,4 +1,5 @@
-/* test_u64map.c - the hash map against a plain array model under random puts and removes. */
+/* test_u64map.c - the hash map against a plain array model under random puts and removes (by key,
+ * and by the entry a lookup found). */
 #include <string.h>
 
 #include "check.h"
@@ -16,8 +17,23 @@ static void key_zero_is_no_key(void) {
   u64map_destroy(&m);
 }
 
+/* After reserve(n), n entries go in without the table moving (the allocator reserves before it
+ * serves a request, so that recording the block can no longer fail). */
+static void reserve_makes_room(void) {
+  u64map m;
+  u64map_init(&m);
+  for (size_t n = 1; n <= 100; n++) {
+    CHECK(u64map_reserve(&m, n));
+    u64map_slot* slots = m.slots;
+    CHECK(u64map_put(&m, (uint64_t)n * 512, n));
+    CHECK(m.slots == slots && m.count == n && m.count * 4 <= m.capacity * 3);
+  }
+  u64map_destroy(&m);
+}
+
 int main(void) {
   key_zero_is_no_key();
+  reserve_makes_room();
   enum { KEYS = 5000 };
   static uint64_t model[KEYS]; /* 0 = absent, else value + 1 */
   u64map m;
@@ -30,6 +46,15 @@ int main(void) {
     if (rng & 1) {
       CHECK(u64map_put(&m, key, i));
       model[k] = (uint64_t)i + 1;
+    } else if (rng & 2) { /* as a free does: the entry found, then removed without a second lookup */
+      uint64_t* v = u64map_get(&m, key);
+      CHECK((v != NULL) == (model[k] != 0));
+      if (v) {
+        CHECK(*v + 1 == model[k]);
+        u64map_remove_found(&m, v);
+        CHECK(!u64map_get(&m, key));
+      }
+      model[k] = 0;
     } else {
       uint64_t v;
       bool had = u64map_remove(&m, key, &v);
