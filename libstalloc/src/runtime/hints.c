@@ -26,6 +26,7 @@
 #include "base/clock.h"
 #include "base/grow.h"
 #include "plan/place.h"
+#include "plan/place_granules.h"
 #include "runtime/arena.h"
 #include "runtime/hints.h"
 #include "runtime/shapes.h"
@@ -627,6 +628,35 @@ static bool lay_out_granules_first(hint_job* job, bool outliving, bool kept) {
   return kept;
 }
 
+/* The layout kept, with blocks moved off granules that only a block or two touch at its peak
+ * (st_place_fewer_granules): kept where its replay needs fewer granules, and no more without
+ * the requests that outlive the step. */
+#define FEWER_GRANULES_SECONDS 0.05
+
+static void lay_out_fewer_granules(hint_job* job, bool outliving) {
+  size_t n = job->requests, bytes = (job->count ? job->count : 1) * sizeof(uint64_t);
+  uint64_t* offsets = malloc(bytes);
+  if (!offsets) return;
+  memcpy(offsets, job->offsets, bytes);
+  if (st_place_fewer_granules(job->items, job->count, offsets, ST_VIRTUAL_GRANULE, job->alignment,
+                              FEWER_GRANULES_SECONDS)) {
+    uint64_t with = replayed_peak(job, offsets, n), alone = 0;
+    uint64_t* saved = outliving ? hide_outliving(job) : NULL;
+    if (saved) {
+      alone = replayed_peak(job, offsets, n);
+      restore_sizes(job, saved);
+    }
+    bool no_worse = with && with <= job->hinted && (!outliving || (alone && (!job->hinted_alone || alone <= job->hinted_alone)));
+    bool better = with < job->hinted || (outliving && job->hinted_alone && alone < job->hinted_alone);
+    if (no_worse && better) {
+      memcpy(job->offsets, offsets, bytes);
+      job->hinted = with;
+      if (outliving) job->hinted_alone = alone;
+    }
+  }
+  free(offsets);
+}
+
 static void* place_thread(void* arg) {
   hint_job* job = arg;
   double t0 = st_now();
@@ -658,6 +688,7 @@ static void* place_thread(void* arg) {
     free(free_way);
   }
   if (!large && !job->changed) kept = lay_out_granules_first(job, outliving, kept);
+  if (kept) lay_out_fewer_granules(job, outliving);
   job->ok = kept;
   st_clear_error();
   job->seconds = st_now() - t0;
