@@ -8,14 +8,8 @@
 #include "check.h"
 #include "overlap_check.h"
 #include "plan/place.h"
+#include "rng.h"
 
-static uint64_t rng_state = 88172645463325252ull;
-static uint64_t rnd(uint64_t n) { /* xorshift64 */
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return n ? rng_state % n : 0;
-}
 
 /* Brute-force lower bound: max over every start time of the live aligned bytes. */
 static uint64_t naive_lower_bound(const st_place_item* it, size_t n, uint64_t align) {

@@ -9,16 +9,9 @@
 #include "overlap_check.h"
 #include "plan/place.h"
 #include "plan/place_granules.h"
+#include "rng.h"
 
 #define G 1024 /* a small granule keeps the numbers readable */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(uint64_t n) { /* xorshift64 */
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return n ? rng_state % n : 0;
-}
 
 static void check_valid(const st_place_item* it, size_t n, const uint64_t* off, uint64_t align) {
   oc_item oc[64];
@@ -53,6 +46,7 @@ static void a_lone_block_moves_into_a_touched_granule(void) {
 }
 
 static void random_placements_stay_valid_and_never_need_more(void) {
+  rng_state = 0x9E3779B97F4A7C15ull;
   int lowered = 0;
   for (int round = 0; round < 400; round++) {
     size_t n = 8 + (size_t)rnd(40);
