@@ -16,6 +16,7 @@ typedef struct compactor {
   uint32_t* first;    /* granules + 1 entries */
   uint32_t* count;    /* scratch: per granule */
   uint64_t (*span)[2]; /* scratch: lifetimes clipped to one item's, for the cover check */
+  bool lost;           /* no host memory to index the granules again: stop (offsets stay valid) */
 } compactor;
 
 typedef struct event {
@@ -191,12 +192,15 @@ static size_t empty_granule(compactor* c, size_t g, uint64_t t) {
   bool ok = m > 0;
   for (size_t k = 0; ok && k < m; k++) {
     was[k] = c->off[who[k]];
-    ok = move_off(c, who[k], g) && index_granules(c);
+    ok = move_off(c, who[k], g);
     moved += ok;
+    /* each move alone keeps the placement valid and no granule count higher */
+    if (ok && !index_granules(c)) c->lost = true;
+    if (c->lost) return moved;
   }
   if (ok) return moved;
   for (size_t k = 0; k < moved; k++) c->off[who[k]] = was[k];
-  (void)index_granules(c);
+  if (moved && !index_granules(c)) c->lost = true;
   return 0;
 }
 
@@ -206,7 +210,13 @@ static size_t candidates(const compactor* c, uint64_t t, uint32_t** out) {
   uint32_t* g_of = malloc((c->granules ? c->granules : 1) * sizeof *g_of);
   uint64_t (*key)[2] = malloc((c->granules ? c->granules : 1) * sizeof *key);
   size_t m = 0;
-  for (size_t g = 0; g < c->granules && g_of && key; g++) {
+  if (!g_of || !key) { /* no host memory: nothing to try */
+    free(g_of);
+    free(key);
+    *out = NULL;
+    return 0;
+  }
+  for (size_t g = 0; g < c->granules; g++) {
     uint64_t bytes = 0;
     bool movable = true, touched = false;
     for (uint32_t k = c->first[g]; k < c->first[g + 1] && movable; k++) {
@@ -226,7 +236,7 @@ static size_t candidates(const compactor* c, uint64_t t, uint32_t** out) {
   for (size_t k = 0; k < m; k++) g_of[k] = (uint32_t)key[k][1];
   free(key);
   *out = g_of;
-  return g_of ? m : 0;
+  return m;
 }
 
 size_t st_place_fewer_granules(const st_place_item* items, size_t n, uint64_t* offsets, uint64_t granule,
@@ -243,13 +253,13 @@ size_t st_place_fewer_granules(const st_place_item* items, size_t n, uint64_t* o
   double deadline = st_now() + seconds;
   if (!c.first || !c.count || !c.span || !index_granules(&c)) goto out;
   /* Each emptied granule lowers the count at one time and raises none: this ends. */
-  for (size_t moved = 1; moved && st_now() < deadline;) {
+  for (size_t moved = 1; moved && !c.lost && st_now() < deadline;) {
     moved = 0;
     uint64_t t;
     if (granule_peak(&c, &t) == UINT64_MAX) break;
     uint32_t* g = NULL;
     size_t m = candidates(&c, t, &g);
-    for (size_t k = 0; k < m && !moved && st_now() < deadline; k++) moved = empty_granule(&c, g[k], t);
+    for (size_t k = 0; k < m && !moved && !c.lost && st_now() < deadline; k++) moved = empty_granule(&c, g[k], t);
     free(g);
     moves += moved;
   }

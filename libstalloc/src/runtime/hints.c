@@ -653,7 +653,8 @@ static void lay_out_fewer_granules(hint_job* job, bool outliving) {
       alone = replayed_peak(job, offsets, n);
       restore_sizes(job, saved);
     }
-    bool no_worse = with && with <= job->hinted && (!outliving || (alone && (!job->hinted_alone || alone <= job->hinted_alone)));
+    bool alone_no_worse = !outliving || (alone && (!job->hinted_alone || alone <= job->hinted_alone));
+    bool no_worse = with && with <= job->hinted && alone_no_worse;
     bool better = with < job->hinted || (outliving && job->hinted_alone && alone < job->hinted_alone);
     if (no_worse && better) {
       memcpy(job->offsets, offsets, bytes);
