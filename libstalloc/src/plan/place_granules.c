@@ -239,13 +239,20 @@ static size_t candidates(const compactor* c, uint64_t t, uint32_t** out) {
   return m;
 }
 
-size_t st_place_fewer_granules(const st_place_item* items, size_t n, uint64_t* offsets, uint64_t granule,
-                               uint64_t alignment, double seconds) {
+/* The items at their offsets, with the granules they touch counted (no scratch allocated yet). */
+static compactor compactor_of(const st_place_item* items, size_t n, uint64_t* offsets, uint64_t granule,
+                              uint64_t alignment) {
   compactor c = {.items = items, .n = n, .off = offsets, .granule = granule, .alignment = alignment ? alignment : 1};
   uint64_t top = 0;
   for (size_t i = 0; i < n; i++)
-    if (!empty_item(&items[i])) top = ST_MAX(top, offsets[i] + st_align_up(items[i].size, c.alignment));
+    if (!empty_item(&items[i])) top = ST_MAX(top, offsets[i] + bytes_of(&c, i));
   c.granules = (size_t)(top / granule + 1);
+  return c;
+}
+
+size_t st_place_fewer_granules(const st_place_item* items, size_t n, uint64_t* offsets, uint64_t granule,
+                               uint64_t alignment, double seconds) {
+  compactor c = compactor_of(items, n, offsets, granule, alignment);
   c.first = malloc((c.granules + 1) * sizeof *c.first);
   c.count = malloc(c.granules * sizeof *c.count);
   c.span = malloc((n ? n : 1) * sizeof *c.span);
@@ -272,11 +279,7 @@ out:
 }
 
 uint64_t st_place_granule_peak(const st_place_item* items, size_t n, const uint64_t* offsets, uint64_t granule) {
-  compactor c = {.items = items, .n = n, .off = (uint64_t*)offsets, .granule = granule, .alignment = 1};
-  uint64_t top = 0;
-  for (size_t i = 0; i < n; i++)
-    if (!empty_item(&items[i])) top = ST_MAX(top, offsets[i] + items[i].size);
-  c.granules = (size_t)(top / granule + 1);
+  compactor c = compactor_of(items, n, (uint64_t*)offsets, granule, 1); /* read only */
   uint64_t t;
   return granule_peak(&c, &t);
 }

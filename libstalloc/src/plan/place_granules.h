@@ -18,7 +18,8 @@
 size_t st_place_fewer_granules(const st_place_item* items, size_t n, uint64_t* offsets, uint64_t granule,
                                uint64_t alignment, double seconds);
 
-/* The most granules of `granule` bytes that items live at one time touch. */
+/* The most granules of `granule` bytes that items live at one time touch; UINT64_MAX: no host
+ * memory. */
 uint64_t st_place_granule_peak(const st_place_item* items, size_t n, const uint64_t* offsets, uint64_t granule);
 
 #endif
