@@ -637,8 +637,10 @@ static bool lay_out_granules_first(hint_job* job, bool outliving, bool kept) {
 
 /* The layout kept, with blocks moved off granules that only a block or two touch at its peak
  * (st_place_fewer_granules): kept where its replay needs fewer granules, and no more without
- * the requests that outlive the step. */
-#define FEWER_GRANULES_SECONDS 0.05
+ * the requests that outlive the step. Its work is bounded by a count of granules tried; the
+ * clock only guards against sizes no step has (under it, the figures of a replay do not depend
+ * on the machine). */
+#define FEWER_GRANULES_SECONDS 0.5
 
 static void lay_out_fewer_granules(hint_job* job, bool outliving) {
   size_t n = job->requests, bytes = (job->count ? job->count : 1) * sizeof(uint64_t);
