@@ -15,8 +15,8 @@
  * moved to other multiples of `alignment`, sizes counted rounded up to it. Stops when no granule
  * at the peak time can be emptied that way, after a fixed number of granules tried (the same
  * moves on every machine), or after `seconds`, a guard for sizes no step has. Returns how many
- * items moved;
- * offsets stay a valid placement (no two items live at once share a byte). 0 on no host memory. */
+ * items moved; offsets stay a valid placement (no two items live at once share a byte). 0 on
+ * no host memory. */
 size_t st_place_fewer_granules(const st_place_item* items, size_t n, uint64_t* offsets, uint64_t granule,
                                uint64_t alignment, double seconds);
 

@@ -14,11 +14,11 @@
  * With many sections (a training step's group of a few thousand items) a node would cost a
  * pass over every section and every member; there (`large`) the bound's totals live in a
  * segment tree, and a node checks only the sections whose floor or total it moved. Every
- * search keeps each section's unplaced members first, so raising a floor scans only those
- * (4-7% more nodes a second on MiniMalloc's D and J, the same search). Each node's ordering is a list of item indices
- * (4 bytes an entry: the lists of a descent sum to about items^2 / 2 entries). A lean search
- * (st_search_input.lean) skips the floor raise on such partitions: a weaker bound, far cheaper
- * nodes; place.c runs one of each. */
+ * search keeps each section's unplaced members first, so raising a floor scans only those (the
+ * same search, 3-9% more backtracks a second on MiniMalloc's J and D). Each node's ordering is
+ * a list of item indices (4 bytes an entry: the lists of a descent sum to about items^2 / 2
+ * entries). A lean search (st_search_input.lean) skips the floor raise on such partitions: a
+ * weaker bound, far cheaper nodes; place.c runs one of each. */
 #include "base/clock.h"
 #include "plan/place_search.h"
 
