@@ -48,7 +48,7 @@ typedef struct hint_job {
   bool ok;
   bool predicted;        /* sizes the rules foretold for step `step` (shapes.h) */
   bool followed;         /* the step it came from followed its hints for a quarter of its
-                            requests or more */
+                            requests or more (not said of sizes the rules foretold) */
   uint32_t repeated, changed; /* the run's steps so far that repeated their kind's step before,
                                  and that changed where no rule says (st_hints.repeated) */
   uint32_t step;
@@ -471,7 +471,7 @@ static bool layout_at_risk(hint_job* job, bool with) {
    * and no step has changed with no rule to say how: its positions hold from one step to the
    * next (a dense run's first full step follows the warm-up's layout up to the optimizer state;
    * an MoE one parts at its first expert's request, and its layouts stay judged). */
-  if (job->followed && !job->changed) return false;
+  if (job->followed && !job->predicted && !job->changed) return false;
   size_t n = job->requests;
   uint64_t* saved = NULL;
   if (!with && !(saved = hide_outliving(job))) return false;
@@ -759,7 +759,6 @@ static void start(st_hints* h, hint_job* job) {
   h->job = job;
   job->repeated = h->repeated;
   job->changed = h->changed;
-  job->followed = !job->predicted && h->n && (size_t)h->hits * 4 >= h->n; /* the step that ended */
   if (pthread_create(&h->thread, NULL, place_thread, job) == 0) h->thread_live = true;
   else place_thread(job);
 }
@@ -850,6 +849,7 @@ static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* s
   job->requests = n;
   job->count = count;
   job->alignment = h->alignment;
+  job->followed = n && (size_t)h->hits * 4 >= n; /* read here: a pending job starts in the next step */
   return job;
 }
 
