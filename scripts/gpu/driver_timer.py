@@ -24,7 +24,8 @@ def steady_start(steps: int) -> int:
 
 
 def steady_figures(steps: int, allocs_then: int, allocs_now: int) -> dict:
-    """Granules mapped per steady step and the timed driver calls since steady_start (reset())."""
+    """Granules newly mapped (moves not counted) per steady step and the timed driver calls since
+    steady_start (reset())."""
     n = steps - steady_start(steps)
     return {"steady_steps": n, "device_allocs_per_step": (allocs_now - allocs_then) / n,
             "driver_calls": read()}
@@ -47,8 +48,10 @@ def read() -> dict | None:
 
 
 def summary(r: dict) -> str:
-    """Granules mapped and driver time per steady step (driver_timer.so, where it was used)."""
-    out = f"{r['device_allocs_per_step']:.1f} granule maps/step"
+    """Granules newly mapped and driver time per steady step (driver_timer.so, where it was used).
+    A granule the pool moves keeps its memory (no new allocation): the moves are the
+    cuMemUnmap calls in the driver figures, not this count."""
+    out = f"{r['device_allocs_per_step']:.1f} new granules/step"
     calls = r.get("driver_calls")
     if calls:
         n = r["steady_steps"]

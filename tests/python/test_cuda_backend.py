@@ -147,7 +147,7 @@ def test_driver_timer_counts_what_the_backend_calls(mock_driver, tmp_path):
     r = _run(TIMER_SCRIPT, STALLOC_CUDA_DRIVER=str(timer), DRIVER_TIMER_REAL=str(mock_driver),
              DRIVER_TIMER_OUT=str(at_exit), REPO=str(REPO))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "3.0 granule maps/step, driver " in r.stdout
+    assert "3.0 new granules/step, driver " in r.stdout
     assert '"cuMemUnmap": [3,' in at_exit.read_text()  # the pool's close, counted at exit
     # With no real driver behind it, every call says there is no device: a clear NoDeviceError.
     r = _run("import stalloc\ntry:\n    stalloc.Allocator(backend='cuda')\nexcept stalloc.NoDeviceError as e:\n"
