@@ -15,7 +15,8 @@ still fits. Under torch.distributed each rank keeps its own plan (``rank<R>.stpl
 Every hook PyTorch's allocator object offers is registered (:func:`register_hooks`):
 ``Tensor.record_stream`` keeps a block from reuse until the recorded streams are done,
 ``torch.cuda.empty_cache()`` returns stalloc's cached segments,
-``torch.cuda.set_per_process_memory_fraction()`` sets stalloc's memory limit. With
+``torch.cuda.set_per_process_memory_fraction()`` sets stalloc's memory limit (through the hook
+and again directly, :func:`route_memory_fraction`). With
 ``patch_torch_stats`` (the default) ``torch.cuda.memory_stats()`` and its family answer with
 stalloc's figures (:func:`patch_torch_stats`). Where libstalloc_torch.so was built (PyTorch's
 headers present at build time), an out-of-memory reaches Python as ``torch.cuda.OutOfMemoryError``
@@ -119,6 +120,7 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
     register_hooks(pluggable.allocator())
     torch.cuda.memory.change_current_allocator(pluggable)
     refuse_capture()
+    route_memory_fraction()
     if patch_torch_stats:
         globals()["patch_torch_stats"]()
     rank = _rank()
@@ -293,7 +295,8 @@ def oom_guard():
 
 
 def disable() -> None:
-    """Undoes what enable() patched in PyTorch (memory functions, capture refusal) and stops
+    """Undoes what enable() patched in PyTorch (memory functions, capture refusal, the memory
+    fraction) and stops
     marking steps from the optimizer. PyTorch cannot change its allocator back once it has
     served memory, so stalloc keeps serving the process."""
     global _hook
@@ -439,6 +442,35 @@ def patch_torch_stats() -> None:
             _replace(owner, name, new)
 
 
+def route_memory_fraction() -> None:
+    """torch.cuda.set_per_process_memory_fraction() also sets stalloc's memory limit itself,
+    after PyTorch's own checks of its arguments: the registered hook is all PyTorch promises,
+    and on an H200 with PyTorch 2.11 a 5% request went through a 2% fraction (docs/gpu-sessions.md,
+    sixth session). Setting the limit twice sets the same limit. get_per_process_memory_fraction(),
+    which a pluggable allocator does not answer, gives stalloc's limit over the device's memory."""
+    torch = _torch()
+    for owner in (torch.cuda, torch.cuda.memory):
+        original = getattr(owner, "set_per_process_memory_fraction", None)
+        if original is None or (owner, "set_per_process_memory_fraction") in _patched:
+            continue
+
+        def set_fraction(fraction, device=None, _original=original):
+            _original(fraction, device)
+            lib.stalloc_torch_set_memory_fraction(float(fraction), _device_index(device))
+
+        set_fraction.__name__ = "set_per_process_memory_fraction"
+        set_fraction.__doc__ = original.__doc__
+        _replace(owner, "set_per_process_memory_fraction", set_fraction)
+
+        def get_fraction(device=None):
+            a = _session(_device_index(device)).allocator
+            limit = a.stats().memory_limit
+            return min(1.0, limit / a.device_memory()) if limit else 1.0
+
+        get_fraction.__name__ = "get_per_process_memory_fraction"
+        _replace(owner, "get_per_process_memory_fraction", get_fraction)
+
+
 def refuse_capture() -> None:
     """CUDA graph capture (torch.cuda.graph, make_graphed_callables, torch.compile's
     reduce-overhead mode) needs a private memory pool that stalloc does not provide: starting
@@ -459,7 +491,8 @@ CAPTURE_MESSAGE = (
 
 
 def restore_torch() -> None:
-    """Puts back every PyTorch function patch_torch_stats or refuse_capture replaced."""
+    """Puts back every PyTorch function patch_torch_stats, refuse_capture or
+    route_memory_fraction replaced."""
     while _patched:
         (owner, name), original = _patched.popitem()
         setattr(owner, name, original)

@@ -125,6 +125,16 @@ def cpu_transformers() -> str:
             "check_transformers.py loads; transformers is not installed here (the GPU run needs it)")
 
 
+def cpu_torch_errors() -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_torch_errors", HERE / "check_torch_errors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert all(callable(getattr(module, f"case_{c}")) for c in module.CASES)
+    return f"check_torch_errors.py loads; cases {', '.join(module.CASES)} need a GPU"
+
+
 CHECKS = [
     # name, what it covers, GPU command (script, args), CPU part
     ("cuda_backend", "CUDA backend: data, streams, plan replay, latency",
@@ -136,6 +146,8 @@ CHECKS = [
      ["check_transformers.py", "--steps", "50"], cpu_transformers),
     ("two_streams", "record_stream: a side stream reads what the main stream freed",
      ["check_two_streams.py"], cpu_two_streams),
+    ("torch_errors", "out of memory, CUDA graph capture, PyTorch's memory functions, data under churn",
+     ["check_torch_errors.py"], cpu_torch_errors),
     ("torch_sim", "the PyTorch simulator vs torch.cuda.max_memory_reserved()",
      ["check_torch_sim.py"], cpu_torch_sim),
     ("snapshot", "a real PyTorch memory snapshot, saved as test data",

@@ -279,6 +279,43 @@ def test_torch_memory_functions_patched_and_restored():
         assert getattr(owner, name) is fn, name
 
 
+def test_memory_fraction_sets_stallocs_limit_even_where_pytorch_skips_the_hook(monkeypatch):
+    from stalloc.integrations import torch_backend
+
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def pytorch_own(fraction, device=None):  # checks its arguments, calls no hook
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"Invalid fraction value: {fraction}")
+        calls.append((fraction, device))
+
+    for owner in (torch.cuda, torch.cuda.memory):
+        monkeypatch.setattr(owner, "set_per_process_memory_fraction", pytorch_own)
+    session, _ = drive(LLAMA, plan_path=None)
+    a = session.allocator
+    torch_backend._sessions[0] = session
+    lib.stalloc_torch_register(0, a._h())
+    torch_backend.route_memory_fraction()
+    try:
+        for owner in (torch.cuda, torch.cuda.memory):
+            owner.set_per_process_memory_fraction(0.25, 0)
+            assert a.stats().memory_limit == int(0.25 * a.device_memory())
+            assert owner.get_per_process_memory_fraction(0) == pytest.approx(0.25)
+            with pytest.raises(ValueError):  # PyTorch's own checks still run first
+                owner.set_per_process_memory_fraction(1.5, 0)
+            assert a.stats().memory_limit == int(0.25 * a.device_memory())
+            owner.set_per_process_memory_fraction(1.0, 0)  # the whole device: no limit
+            assert a.stats().memory_limit == 0 and owner.get_per_process_memory_fraction(0) == 1.0
+        assert calls == [(0.25, 0), (1.0, 0)] * 2
+    finally:
+        torch_backend.restore_torch()
+        lib.stalloc_torch_register(0, ffi.NULL)
+        torch_backend._sessions.clear()
+        session.close()
+    assert torch.cuda.set_per_process_memory_fraction is pytorch_own
+
+
 def test_out_of_memory_is_torch_cuda_out_of_memory_with_stallocs_figures():
     from stalloc.integrations import torch_backend
 
