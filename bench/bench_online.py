@@ -8,6 +8,7 @@ switches to the plan or declines it when the growable pool already needs less, a
 when a step misses the plan. It never reads ahead. Peak reserved counts the recording phase.
 
     python bench/bench_online.py [--traces DIR ...] [--growable 0|1] [--scale K] [--device-lag N]
+        [--online-param KEY=VALUE ...] [--repeat-steps N]
 
 Waste = peak reserved - peak allocated. repeats: whether the run is exactly periodic (from its
 middle step on, each step asks for the sizes of the step before), where the goal is at most 5%
@@ -26,7 +27,10 @@ state's cost where a run has one. --scale K multiplies every size
 by K (the allocation order unchanged), as bench_compare.py does; --layout-hints 0 turns the hints
 off (best fit alone). --device-lag N models a GPU running N allocator calls behind the host
 (docs/online.md, "On an asynchronous device"): freed granules stay in use by queued work that
-long, and a `waits` column counts the times the host waited for the device.
+long, and a `waits` column counts the times the host waited for the device. --online-param
+passes an online parameter to every replay; --repeat-steps N makes each run longer, its steps
+from the third marker on N times over (bench_online.repeated_steps), where late maps show the
+steady state of a run whose sizes vary.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from stalloc.baseline import simulate
 from stalloc.replay import replay
 from stalloc.compare import first_steps
 from stalloc.session import step_sizes
-from stalloc.trace import ALLOC, STEP
+from stalloc.trace import ALLOC, FREE, STEP
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,18 +67,48 @@ def repeats_exactly(t) -> bool:
     return bool(tail) and all(np.array_equal(a, b) for a, b in zip(tail, tail[1:]))
 
 
-def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0) -> dict:
-    t = stalloc.load_trace(path)
+def repeated_steps(t, times: int, first: int = 3):
+    """A longer run made from a recorded one: its steps from the `first`-th step marker on,
+    `times` times over, each copy's requests under ids of their own. A block one copy leaves
+    live into the next (a gradient until zero_grad) keeps the free the recording gave it; the
+    copy's own free of it, which names an id never made, is dropped."""
+    ev = np.asarray(t.events)
+    marks = np.flatnonzero(ev["kind"] == STEP)
+    if times <= 1 or len(marks) <= first:
+        return t
+    head, body = ev[: marks[first]], ev[marks[first]:]
+    made_here = np.isin(body["id"], body["id"][body["kind"] == ALLOC]) & (body["kind"] != STEP)
+    stride = int(ev["id"].max()) + 1
+    copies = [head]
+    for k in range(times):
+        b = body.copy()
+        b["id"][made_here] += k * stride
+        copies.append(b)
+    out = np.concatenate(copies)
+    live, keep = set(), np.ones(len(out), bool)
+    for i, (kind, ident) in enumerate(zip(out["kind"].tolist(), out["id"].tolist())):
+        if kind == ALLOC:
+            live.add(ident)
+        elif kind == FREE:
+            keep[i] = ident in live
+            live.discard(ident)
+    return stalloc.Trace.from_events(out[keep])
+
+
+def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0,
+        params: dict | None = None, repeat: int = 1) -> dict:
+    t = repeated_steps(stalloc.load_trace(path), repeat)
     t = t.scaled(scale)
     torch = simulate(t, "pytorch")["waste"]
     expandable = simulate(t, "pytorch-expandable")["waste"]
-    r = replay(t, online={"layout_hints": hints}, growable_pool=growable, device_lag=lag)
+    online = {"layout_hints": hints, **(params or {})}
+    r = replay(t, online=online, growable_pool=growable, device_lag=lag)
     # The second half's maps: the run again up to its middle step marker (no look-ahead, so the
     # same figures up to there), subtracted.
     markers = int((np.asarray(t.events)["kind"] == STEP).sum())
     half = (markers + 1) // 2
     head, _ = first_steps(t, half - 1)
-    late_maps = r["backend_allocs"] - replay(head, online={"layout_hints": hints}, growable_pool=growable,
+    late_maps = r["backend_allocs"] - replay(head, online=online, growable_pool=growable,
                                              device_lag=lag)["backend_allocs"]
     waste = r["peak_reserved"] - r["peak_allocated"]
     plans = "".join("s" if p["switched_step"] != NEVER else "d" if p["declined"] else "-"
@@ -100,7 +134,18 @@ def main(argv: list[str] | None = None) -> None:
                     help="the growable pool's layout hints (default 1; 0: best fit alone)")
     ap.add_argument("--device-lag", type=int, default=0, metavar="N",
                     help="model a device N allocator calls behind the host (default 0: synchronous)")
+    ap.add_argument("--online-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="an online parameter (docs/online.md), e.g. pool_at_ends_after=4; repeatable")
+    ap.add_argument("--repeat-steps", type=int, default=1, metavar="N",
+                    help="each run's steps from its third step marker on, N times over (a longer run, "
+                         "for the steady state; default 1: the run as recorded)")
     args = ap.parse_args(argv)
+    params = {}
+    for pair in args.online_param:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--online-param wants KEY=VALUE, not {pair!r}")
+        params[key] = float(value) if "." in value else int(value)
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
@@ -111,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     print(head + "\n" + "-" * len(head))
     vs_ex, shares, maps, late, wastes, periodic = [], [], [], [], [], []
     for p in paths:
-        r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag)
+        r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag, params, args.repeat_steps)
         shares.append(r["from_plans"])
         maps.append(r["maps"])
         late.append(r["late_maps"])

@@ -206,7 +206,8 @@ class Allocator(OwnedHandle):
         """Starts the online lifecycle (docs/online.md): record the first steps, plan them in the
         background, switch at a step boundary (or decline), re-plan or drop a plan on drift.
         ``params``: stalloc_online_params_t fields (record_steps, replan_steps, time_limit,
-        replan_miss_share, replan_after, wait_for_plan, layout_hints, pool_fit_candidates); the rest
+        replan_miss_share, replan_after, wait_for_plan, layout_hints, pool_fit_candidates,
+        pool_at_ends_after); the rest
         keep the library defaults."""
         p = ffi.new("stalloc_online_params_t*")
         lib.stalloc_online_params_init(p)

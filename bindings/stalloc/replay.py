@@ -74,7 +74,7 @@ def plan_record(rec) -> dict:
 # The defaults of the online lifecycle (stalloc_online_params_init), also those of
 # torch_backend.enable().
 ONLINE_DEFAULTS = dict(record_steps=3, replan_steps=2, time_limit=1.0, replan_miss_share=0.02,
-                       replan_after=1, layout_hints=1, pool_fit_candidates=4)
+                       replan_after=1, layout_hints=1, pool_fit_candidates=4, pool_at_ends_after=0)
 
 
 def _online_params(o, online: dict) -> None:

@@ -13,7 +13,9 @@
  * bit 4 use_step_markers, bit 5 replay on the host backend with the data check, bit 6 replay a
  * third time through the online lifecycle (runtime/online.c: recording, planning, the switch,
  * the growable pool with its layout hints, shape rules and lowest fit), bit 7 model a GPU that
- * runs behind the host (device_lag, on the virtual backend).
+ * runs behind the host (device_lag, on the virtual backend). An odd number of events also has
+ * the online replay's pool place at the ends of free blocks from its first steady step
+ * (pool_at_ends_after 1).
  * A trace the append accepts must plan, and its replays must never report an overlap or a
  * damaged block (STALLOC_ERR_INTERNAL). */
 #include "fuzz_input.h"
@@ -84,6 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!(param & 64)) break;
       o.online = 1;
       o.online_params.time_limit = 0; /* the greedy placement, as above */
+      o.online_params.pool_at_ends_after = (uint32_t)(n & 1); /* an odd count of events: at once */
     }
     stalloc_replay_result_t r;
     stalloc_replay_result_init(&r);

@@ -527,6 +527,11 @@ typedef struct stalloc_online_params {
                                  granule moves, on a GPU tens of us each); 0 or default: 4.
                                  (It lies in bytes that were padding before it came, so sizeof
                                  and struct_size did not change: fill the struct with _init.) */
+  uint32_t pool_at_ends_after; /* once the growable pool serves for good and its peak has held
+                                 for this many steps, a request may also go at either end of its
+                                 free block where fewer granules need mapping (on a GPU, fewer
+                                 granule moves a step; it can cost a granule or two of peak on
+                                 short runs, docs/online.md); 0 (default): never */
 } stalloc_online_params_t;
 
 typedef enum stalloc_online_state {

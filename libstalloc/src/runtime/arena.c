@@ -75,6 +75,8 @@ struct st_arena {
                                    requests then take the lowest fit */
   bool by_address;
   unsigned fit_candidates;      /* free blocks weighed per request (1: best fit alone) */
+  bool at_ends;                 /* with fit_candidates > 1, a block may also go at either end of
+                                   its free block (st_arena_set_at_ends) */
   bool top_on_boundary;         /* a block of whole granules that grows the top starts on a
                                    granule boundary (st_arena_set_top_on_boundary) */
   uint64_t maps;                /* granules mapped at an address so far: new, moved or aliased */
@@ -980,16 +982,43 @@ static uint64_t unmapped_in(const st_arena* a, uint64_t start, uint64_t need) {
   return n;
 }
 
+/* Where in free block b a block of `need` bytes goes: start_in's start or, with at_ends, the
+ * lowest granule boundary in b or b's end (on a boundary or not), whichever maps the fewest
+ * granules (the first of those). Best fit at the pool's peak leaves the step's blocks on other
+ * addresses each step when their sizes vary (MoE routing): at one end or the other of its free
+ * block a block often finds granules still mapped from the step before. *cost: the granules
+ * it maps there. */
+static uint64_t cheapest_start(const st_arena* a, const st_arena_block* b, uint64_t need, uint64_t align,
+                               uint64_t* cost) {
+  uint64_t start = start_in(a, b, need, align), best = unmapped_in(a, start, need);
+  if (a->at_ends && best) {
+    uint64_t g = a->granule, end = b->start + b->size, last = end - need; /* b holds need bytes */
+    uint64_t ends[3] = {st_align_up(st_align_up(b->start, g), align), last / align * align, last / g * g / align * align};
+    for (int k = 0; k < 3 && best; k++) {
+      if (ends[k] < b->start || ends[k] > last) continue;
+      uint64_t n = unmapped_in(a, ends[k], need);
+      if (n < best) {
+        best = n;
+        start = ends[k];
+      }
+    }
+  }
+  *cost = best;
+  return start;
+}
+
 /* Among best fit and the next fit_candidates - 1 free blocks by size, the one whose placement
  * needs the fewest granules mapped (the smallest of those): each granule it maps is a move on
  * a GPU, tens of us of driver calls. */
 static st_arena_block* fewest_unmapped(st_arena* a, st_arena_block* b, uint64_t need, uint64_t align,
                                        uint64_t stream) {
-  uint64_t best = unmapped_in(a, start_in(a, b, need, align), need);
+  uint64_t best;
+  (void)cheapest_start(a, b, need, align, &best);
   st_arena_block* c = b;
   for (unsigned i = 1; i < a->fit_candidates && best && (c = next_key(a->free_root, c)); i++) {
     if (!usable(a, c, stream)) continue;
-    uint64_t cost = unmapped_in(a, start_in(a, c, need, align), need);
+    uint64_t cost;
+    (void)cheapest_start(a, c, need, align, &cost);
     if (cost < best) {
       best = cost;
       b = c;
@@ -1019,7 +1048,8 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
   if (b) {
     a->free_root = tr_remove(BY_SIZE, a->free_root, b);
     placed = a->by_address;
-    start = start_in(a, b, need, align);
+    uint64_t cost;
+    start = a->fit_candidates > 1 ? cheapest_start(a, b, need, align, &cost) : start_in(a, b, need, align);
   } else {
     /* the top grows: from its free block if it has one */
     bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
@@ -1231,6 +1261,8 @@ void st_arena_set_fit_candidates(st_arena* a, unsigned candidates) {
 }
 
 void st_arena_set_top_on_boundary(st_arena* a, bool on) { a->top_on_boundary = on; }
+
+void st_arena_set_at_ends(st_arena* a, bool on) { a->at_ends = on; }
 
 uint64_t st_arena_trim(st_arena* a) {
   uint64_t bytes = 0;

@@ -23,6 +23,9 @@ stalloc_status_t st_arena_alloc(st_arena* arena, uint64_t size, uint64_t stream,
 /* How many free blocks, by size from best fit up, a request weighs: it takes the one whose
  * placement needs the fewest granules mapped (1, the default: best fit alone). */
 void st_arena_set_fit_candidates(st_arena* arena, unsigned candidates);
+/* On (with more than one candidate): a request may also go at either end of its free block,
+ * where fewer granules need mapping (default off; see allocator.c, the pool's steady peak). */
+void st_arena_set_at_ends(st_arena* arena, bool on);
 /* On: a block of whole granules that grows the top starts on a granule boundary, so it holds
  * exactly its own granules and all of them come back when it is freed (else it starts where
  * the top is, sharing a granule with the block below; default off). What suits blocks made end

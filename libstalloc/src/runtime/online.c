@@ -116,6 +116,7 @@ void stalloc_online_params_init(stalloc_online_params_t* p) {
   p->wait_for_plan = 0;
   p->layout_hints = 1;
   p->pool_fit_candidates = POOL_FIT_CANDIDATES;
+  p->pool_at_ends_after = 0;
 }
 
 void stalloc_online_info_init(stalloc_online_info_t* info) {

@@ -2,7 +2,8 @@
  * blocks touch them and, at the peak, given back (the highest first) before new ones are
  * mapped, a plan's pool as a region of it that costs only the granules its live blocks touch,
  * slab chunks in it, the list of cached granules staying bounded over a long run, blocks of
- * whole granules on granule boundaries (in a hole; growing the top, when asked), and, with the
+ * whole granules on granule boundaries (in a hole; growing the top, when asked), a block at the
+ * mapped end of its free block (at_ends), and, with the
  * free blocks indexed by address (the layout hints'), small requests in the lowest free block
  * that fits (checked against a scan of the free blocks over a long random run). */
 #include "check.h"
@@ -408,6 +409,36 @@ static void test_fit_candidates_prefer_mapped_granules(void) {
   }
 }
 
+/* With at_ends (and more than one candidate) a block may go at the end of its free block where
+ * the granules are still mapped: a hole of four granules, its lower two given back, its upper
+ * two idle, at the peak. Without it the block starts at the hole's start and the two idle
+ * granules move there. */
+static void test_at_ends_a_block_takes_the_mapped_end(void) {
+  for (int at_ends = 0; at_ends <= 1; at_ends++) {
+    fixture f;
+    setup(&f);
+    st_arena_set_fit_candidates(f.arena, 4);
+    st_arena_set_at_ends(f.arena, at_ends);
+    void *pa, *pb, *pc, *pr;
+    st_arena_block *a, *b, *c, *r;
+    CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pa, &a)); /* [0, 4) MiB */
+    CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pb, &b)); /* [4, 8) */
+    CHECK_OK(st_arena_alloc(f.arena, G, 0, &pc, &c));     /* [8, 10): closes the hole */
+    st_arena_free(f.arena, a, 0);
+    CHECK(st_arena_trim(f.arena) == 2 * G); /* granules 0 and 1 go back */
+    st_arena_free(f.arena, b, 0);           /* 2 and 3 stay mapped: one free block [0, 8) */
+    f.budget.peak_reserved = f.budget.reserved;
+    uint64_t maps = f.budget.backend_allocs;
+    CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pr, &r));
+    if (at_ends) CHECK(pr == pb && f.budget.backend_allocs == maps);
+    else CHECK(pr == pa && f.budget.backend_allocs - maps == 2);
+    CHECK(f.budget.reserved == 3 * G);
+    st_arena_free(f.arena, r, 0);
+    st_arena_free(f.arena, c, 0);
+    teardown(&f);
+  }
+}
+
 /* Below the peak reserved so far a granule a block needs is mapped new, and a cached one stays
  * where it is for a later block, rather than moving there and being mapped again later (after a
  * trim the pool regrows to its peak, as after a plan's switch); at the peak it moves. */
@@ -616,6 +647,7 @@ int main(void) {
   RUN(test_whole_granules_go_on_a_boundary);
   RUN(test_top_growth_on_a_boundary);
   RUN(test_fit_candidates_prefer_mapped_granules);
+  RUN(test_at_ends_a_block_takes_the_mapped_end);
   RUN(test_below_the_peak_cached_granules_stay);
   RUN(test_the_highest_idle_granule_moves_first);
   RUN(test_a_stale_entry_hides_no_cached_granule);
