@@ -69,28 +69,41 @@ def repeats_exactly(t) -> bool:
 
 def repeated_steps(t, times: int, first: int = 3):
     """A longer run made from a recorded one: its steps from the `first`-th step marker on,
-    `times` times over, each copy's requests under ids of their own. A block one copy leaves
-    live into the next (a gradient until zero_grad) keeps the free the recording gave it; the
-    copy's own free of it, which names an id never made, is dropped."""
+    `times` times over, each copy's requests under ids of their own. The blocks a copy leaves
+    live at its end (a gradient held until the next zero_grad) are freed by the next copy where
+    the recording freed the blocks the step before the body left live, matched size by size in
+    order; a free with no such block is dropped."""
     ev = np.asarray(t.events)
     marks = np.flatnonzero(ev["kind"] == STEP)
     if times <= 1 or len(marks) <= first:
         return t
     head, body = ev[: marks[first]], ev[marks[first]:]
-    made_here = np.isin(body["id"], body["id"][body["kind"] == ALLOC]) & (body["kind"] != STEP)
+    kinds, ids, sizes = body["kind"].tolist(), body["id"].tolist(), body["size"].tolist()
+    made = {i for k, i in zip(kinds, ids) if k == ALLOC}
+    freed = {i for k, i in zip(kinds, ids) if k == FREE}
+    left = [(s, i) for k, i, s in zip(kinds, ids, sizes) if k == ALLOC and i not in freed]
     stride = int(ev["id"].max()) + 1
     copies = [head]
     for k in range(times):
         b = body.copy()
-        b["id"][made_here] += k * stride
+        own = np.fromiter((i in made for i in ids), bool, len(ids)) & (b["kind"] != STEP)
+        b["id"][own] += k * stride
+        if k:  # the frees of blocks from before the body take the last copy's leftovers
+            waiting: dict[int, list[int]] = {}
+            for s, i in left:
+                waiting.setdefault(s, []).append(i + (k - 1) * stride)
+            for j, (kind, i, s) in enumerate(zip(kinds, ids, sizes)):
+                if kind == FREE and i not in made:
+                    ours = waiting.get(s)
+                    b["id"][j] = ours.pop(0) if ours else 0  # id 0: dropped below
         copies.append(b)
     out = np.concatenate(copies)
     live, keep = set(), np.ones(len(out), bool)
-    for i, (kind, ident) in enumerate(zip(out["kind"].tolist(), out["id"].tolist())):
+    for j, (kind, ident) in enumerate(zip(out["kind"].tolist(), out["id"].tolist())):
         if kind == ALLOC:
             live.add(ident)
         elif kind == FREE:
-            keep[i] = ident in live
+            keep[j] = ident in live
             live.discard(ident)
     return stalloc.Trace.from_events(out[keep])
 

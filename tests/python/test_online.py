@@ -681,7 +681,7 @@ def test_a_steady_pool_may_place_at_the_ends_of_free_blocks_for_fewer_moves():
     # pool_at_ends_after: once the pool serves for good and its peak has held that many steps, a
     # request may also go at either end of its free block where fewer granules need mapping.
     # Mixtral at 256x, its steps from the third marker repeated six times (a longer run, as
-    # bench_online.py --repeat-steps makes): 157 granules mapped a late step without it, 108 with,
+    # bench_online.py --repeat-steps makes): 181 granules mapped a late step without it, 108 with,
     # for the same waste. 0 (the default) changes nothing.
     import importlib.util
 
@@ -691,9 +691,12 @@ def test_a_steady_pool_may_place_at_the_ends_of_free_blocks_for_fewer_moves():
     spec.loader.exec_module(bench)
     from stalloc.compare import first_steps
 
-    t = bench.repeated_steps(stalloc.load_trace(TRACES / "mixtral_plain.npz"), 6).scaled(256)
+    recorded = stalloc.load_trace(TRACES / "mixtral_plain.npz")
+    t = bench.repeated_steps(recorded, 6).scaled(256)
     markers = int((np.asarray(t.events)["kind"] == STEP).sum())
     assert markers == 27
+    # what a copy leaves live the next frees: no block piles up from copy to copy
+    assert t.lower_bound == 256 * recorded.lower_bound
     half = (markers + 1) // 2
     head, _ = first_steps(t, half - 1)
     late, waste = {}, {}
@@ -702,7 +705,7 @@ def test_a_steady_pool_may_place_at_the_ends_of_free_blocks_for_fewer_moves():
         assert r["plans"] and all(p["declined"] for p in r["plans"])  # the pool serves for good
         late[k] = (r["backend_allocs"] - replay(head, online={"pool_at_ends_after": k})["backend_allocs"]) / (markers - half)
         waste[k] = r["peak_reserved"] - r["peak_allocated"]
-    assert late[4] < 0.8 * late[0] and waste[4] == waste[0]
+    assert late[4] < 0.7 * late[0] and waste[4] == waste[0]
     assert replay(t, online=True)["backend_allocs"] == replay(t, online={"pool_at_ends_after": 0})["backend_allocs"]
     # (each replay above checks every event for overlapping live blocks: check_overlap)
 
