@@ -483,10 +483,10 @@ static bool layout_at_risk(hint_job* job, bool with) {
 }
 
 /* A replay maps and counts every 2 MiB granule its blocks touch, and a layout takes up to eleven
- * replays. A step whose blocks would touch more than REPLAY_GRANULES granules in all (16 TiB
+ * replays. A step whose blocks would touch more than REPLAY_GRANULES granules in all (4 TiB
  * allocated in one step, past any device; fuzzed traces ask for it) is not judged, and keeps no
  * hints: its replays would hold the hints' thread for seconds to minutes. */
-#define REPLAY_GRANULES (1ull << 23)
+#define REPLAY_GRANULES (1ull << 21)
 
 static bool too_large_to_replay(const hint_job* job) {
   uint64_t granules = 0;
