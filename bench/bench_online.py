@@ -43,7 +43,7 @@ import numpy as np
 
 import stalloc
 from stalloc.baseline import simulate
-from stalloc.replay import replay
+from stalloc.replay import parse_online_params, replay
 from stalloc.compare import first_steps
 from stalloc.session import step_sizes
 from stalloc.trace import ALLOC, FREE, STEP
@@ -153,12 +153,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="each run's steps from its third step marker on, N times over (a longer run, "
                          "for the steady state; default 1: the run as recorded)")
     args = ap.parse_args(argv)
-    params = {}
-    for pair in args.online_param:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--online-param wants KEY=VALUE, not {pair!r}")
-        params[key] = float(value) if "." in value else int(value)
+    try:
+        params = parse_online_params(args.online_param)
+    except ValueError as e:
+        raise SystemExit(f"--online-param: {e}") from None
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
         raise SystemExit(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")

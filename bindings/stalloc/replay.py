@@ -16,7 +16,7 @@ from ._lib import ffi, lib
 from .errors import ForeignPlanWarning, PlanMismatchError, check as _check
 from .trace import Trace
 
-__all__ = ["ONLINE_DEFAULTS", "PLAN_RECORD_KEYS", "RESULT_KEYS", "STEP_KEYS", "plan_record", "replay",
+__all__ = ["ONLINE_DEFAULTS", "PLAN_RECORD_KEYS", "RESULT_KEYS", "STEP_KEYS", "parse_online_params", "plan_record", "replay",
            "warn_if_foreign"]
 
 RESULT_KEYS = (
@@ -75,6 +75,27 @@ def plan_record(rec) -> dict:
 # torch_backend.enable().
 ONLINE_DEFAULTS = dict(record_steps=3, replan_steps=2, time_limit=1.0, replan_miss_share=0.02,
                        replan_after=1, layout_hints=1, pool_fit_candidates=4, pool_at_ends_after=0)
+
+
+def parse_online_params(pairs) -> dict:
+    """KEY=VALUE strings (a command line's) as online parameters: whole numbers as int, others
+    as float. ValueError names a pair without '=', a value that is not a number, or a key not in
+    ONLINE_DEFAULTS."""
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"an online parameter is KEY=VALUE, not {pair!r}")
+        if key not in ONLINE_DEFAULTS:
+            raise ValueError(f"unknown online parameter {key!r} (known: {', '.join(ONLINE_DEFAULTS)})")
+        try:
+            params[key] = int(value)
+        except ValueError:
+            try:
+                params[key] = float(value)
+            except ValueError:
+                raise ValueError(f"online parameter {key}: {value!r} is not a number") from None
+    return params
 
 
 def _online_params(o, online: dict) -> None:

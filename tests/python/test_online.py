@@ -637,6 +637,21 @@ def test_replay_cli_online_json():
     out = subprocess.run([sys.executable, "-m", "stalloc", "replay", str(TRACES / "gpt2_plain.npz"),
                           "--online", "--plan", "x.stplan"], capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr and "--online" in out.stderr
+    # online parameters from the command line, as replay(online={...}) takes them
+    gpt2 = str(TRACES / "gpt2_plain.npz")
+    cli = [sys.executable, "-m", "stalloc", "replay", gpt2, "--online", "--json"]
+    by_cli = json.loads(subprocess.run(cli + ["--online-param", "layout_hints=0", "--online-param",
+                                              "replan_miss_share=0.5"], capture_output=True, text=True).stdout)
+    direct = replay(gpt2, online={"layout_hints": 0, "replan_miss_share": 0.5})
+    assert by_cli["hint_layouts"] == direct["hint_layouts"] == 0 < replay(gpt2, online=True)["hint_layouts"]
+    assert by_cli["peak_reserved"] == direct["peak_reserved"]
+    for bad, says in ((["--online-param", "pool_fit=1"], "unknown online parameter 'pool_fit'"),
+                      (["--online-param", "pool_fit_candidates"], "KEY=VALUE"),
+                      (["--online-param", "time_limit=soon"], "not a number")):
+        out = subprocess.run(cli + bad, capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr and says in out.stderr, out.stderr
+    out = subprocess.run(cli[:-2] + ["--online-param", "pool_fit_candidates=1"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--online-param needs --online" in out.stderr
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)

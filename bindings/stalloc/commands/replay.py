@@ -9,12 +9,15 @@ __all__ = ["run", "register"]
 
 def run(args) -> int:
     from ..load import load_trace
-    from ..replay import replay
+    from ..replay import parse_online_params, replay
 
     if args.online and args.plan:
         raise ValueError("--online makes its own plans: give no --plan")
+    if args.online_param and not args.online:
+        raise ValueError("--online-param needs --online")
+    params = parse_online_params(args.online_param)  # before the trace loads: a typo fails at once
     trace = load_trace(args.trace, args.format)
-    online = {"record_steps": args.record_steps} if args.online else False
+    online = {"record_steps": args.record_steps, **params} if args.online else False
     r = replay(trace, args.plan, backend=args.backend, check=args.check,
                use_steps=not args.no_steps, online=online, device_lag=args.device_lag)
     if args.json:
@@ -77,6 +80,9 @@ def register(sub) -> None:
                         "--json adds `steps` and `plans`")
     p.add_argument("--record-steps", type=int, default=3,
                    help="--online: steps recorded before the first plan (default 3, as torch_backend)")
+    p.add_argument("--online-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="--online: an online parameter (docs/online.md), e.g. pool_at_ends_after=4; "
+                        "repeatable")
     p.add_argument("--no-steps", action="store_true", help="do not pass step markers to the runtime")
     p.add_argument("--device-lag", type=int, default=0, metavar="EVENTS",
                    help="virtual backend: model a GPU running EVENTS allocs and frees behind the host "
