@@ -103,7 +103,10 @@ def _online_params(o, online: dict) -> None:
     if unknown:
         raise ValueError(f"unknown online parameter(s): {', '.join(sorted(unknown))}")
     for k, v in online.items():
-        setattr(o.online_params, k, v)
+        try:
+            setattr(o.online_params, k, v)
+        except (OverflowError, TypeError) as e:  # a negative count, a fraction where a count goes
+            raise ValueError(f"online parameter {k}: {v!r} does not fit ({e})") from None
 
 
 def replay(trace, plan=None, backend: str = "virtual", check: bool = False, *,

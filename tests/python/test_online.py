@@ -647,7 +647,9 @@ def test_replay_cli_online_json():
     assert by_cli["peak_reserved"] == direct["peak_reserved"]
     for bad, says in ((["--online-param", "pool_fit=1"], "unknown online parameter 'pool_fit'"),
                       (["--online-param", "pool_fit_candidates"], "KEY=VALUE"),
-                      (["--online-param", "time_limit=soon"], "not a number")):
+                      (["--online-param", "time_limit=soon"], "not a number"),
+                      (["--online-param", "pool_at_ends_after=-1"], "pool_at_ends_after: -1 does not fit"),
+                      (["--online-param", "layout_hints=0.5"], "layout_hints: 0.5 does not fit")):
         out = subprocess.run(cli + bad, capture_output=True, text=True)
         assert out.returncode == 2 and "Traceback" not in out.stderr and says in out.stderr, out.stderr
     out = subprocess.run(cli[:-2] + ["--online-param", "pool_fit_candidates=1"], capture_output=True, text=True)
