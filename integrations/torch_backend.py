@@ -449,6 +449,13 @@ def route_memory_fraction() -> None:
     sixth session). Setting the limit twice sets the same limit. get_per_process_memory_fraction(),
     which a pluggable allocator does not answer, gives stalloc's limit over the device's memory."""
     torch = _torch()
+
+    def get_fraction(device=None):
+        a = _session(_device_index(device)).allocator
+        limit = a.stats().memory_limit
+        return min(1.0, limit / a.device_memory()) if limit else 1.0
+
+    get_fraction.__name__ = "get_per_process_memory_fraction"
     for owner in (torch.cuda, torch.cuda.memory):
         original = getattr(owner, "set_per_process_memory_fraction", None)
         if original is None or (owner, "set_per_process_memory_fraction") in _patched:
@@ -461,13 +468,6 @@ def route_memory_fraction() -> None:
         set_fraction.__name__ = "set_per_process_memory_fraction"
         set_fraction.__doc__ = original.__doc__
         _replace(owner, "set_per_process_memory_fraction", set_fraction)
-
-        def get_fraction(device=None):
-            a = _session(_device_index(device)).allocator
-            limit = a.stats().memory_limit
-            return min(1.0, limit / a.device_memory()) if limit else 1.0
-
-        get_fraction.__name__ = "get_per_process_memory_fraction"
         _replace(owner, "get_per_process_memory_fraction", get_fraction)
 
 

@@ -139,7 +139,8 @@ def main() -> int:
         if "pytorch" not in runs:
             continue
         base = runs["pytorch"]
-        base_step = statistics.mean(r["median_step_s"] for m, r in runs.items() if m in ("pytorch", "pytorch-again"))
+        default_steps = [r["median_step_s"] for m, r in runs.items() if m in ("pytorch", "pytorch-again")]
+        base_step = statistics.mean(default_steps)
         print(f"\n{variant} on {base['gpu']}, {args.steps} steps")
         print(f"{'allocator':<20} {'peak alloc MiB':>15} {'peak reserved MiB':>18} {'reserved/alloc':>15} "
               f"{'waste/expandable':>17} {'step ms':>8} {'vs default':>10} {'losses equal':>13}")
@@ -169,8 +170,7 @@ def main() -> int:
             # 2% of the default's step, or the spread of its own two runs where the machine
             # drifted more than that (13% between them on an H200, docs/gpu-sessions.md): a line
             # finer than what the machine can resolve fails on noise, not on stalloc
-            steps = [r["median_step_s"] for m, r in runs.items() if m in ("pytorch", "pytorch-again")]
-            tolerance = max(0.02, (max(steps) - min(steps)) / base_step)
+            tolerance = max(0.02, (max(default_steps) - min(default_steps)) / base_step)
             fast = saved["median_step_s"] <= (1 + tolerance) * base_step
             print(f"saved plan's step {saved['median_step_s'] / base_step:.3f}x the default's, "
                   f"tolerance {tolerance:.1%}: {'ok' if fast else 'slower'}")

@@ -99,11 +99,18 @@ def cpu_torch_sim() -> str:
             f"simulates: peak reserved {sim['peak_reserved']:,} B")
 
 
-def cpu_vmm_calls() -> str:
+def load_script(name: str):
+    """The kit's script `name`.py run as a module (its definitions, not its main)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_vmm_calls", HERE / "bench_vmm_calls.py")
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_vmm_calls() -> str:
+    load_script("bench_vmm_calls")
     return "bench_vmm_calls.py loads (it needs a CUDA driver to time anything)"
 
 
@@ -118,19 +125,14 @@ def cpu_snapshot() -> str:
 def cpu_transformers() -> str:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("check_transformers", HERE / "check_transformers.py")
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    load_script("check_transformers")
     have = importlib.util.find_spec("transformers") is not None
     return ("check_transformers.py loads; transformers is installed" if have else
             "check_transformers.py loads; transformers is not installed here (the GPU run needs it)")
 
 
 def cpu_torch_errors() -> str:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("check_torch_errors", HERE / "check_torch_errors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("check_torch_errors")
     assert all(callable(getattr(module, f"case_{c}")) for c in module.CASES)
     return f"check_torch_errors.py loads; cases {', '.join(module.CASES)} need a GPU"
 
