@@ -53,6 +53,12 @@ Runs that change (``--changing-steps``, default 12 optimizer steps):
   ramp        batch size a quarter, then half, then all of it
   eval        an evaluation pass (eval mode, no_grad, double batch, half length)
               after every second optimizer step, as a step of its own
+Optimizers (``--optimizer``; the runs keep their names, so record each into its own folder):
+  adamw          torch.optim.AdamW, one tensor at a time (torch's default on the CPU)
+  adamw_foreach  AdamW with foreach=True, torch's default for CUDA tensors: each update
+                 makes temporaries for all parameters at once, the optimizer step's own peak
+  sgd            SGD with momentum 0.9: one state tensor per parameter, none before the
+                 first step
 Every shape is drawn before the run (changing_schedule, one function per variant) and the
 profiler's active window is exactly its prof.step() calls: one step marker for construction,
 one per optimizer step and one per evaluation pass, no empty one at the end.
@@ -509,8 +515,22 @@ def supported(name: str, variant: str) -> bool:
         name == "convnet" and variant == "recompute")
 
 
+OPTIMIZERS = ("adamw", "adamw_foreach", "sgd")
+
+
+def make_optimizer(kind: str, params):
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, foreach=False)
+    if kind == "adamw_foreach":
+        return torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=1e-2, momentum=0.9)
+    raise ValueError(f"unknown optimizer {kind!r}")
+
+
 def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
-           keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager") -> dict:
+           keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager",
+           optimizer: str = "adamw") -> dict:
     from torch.profiler import ProfilerActivity, profile, schedule
     torch.manual_seed(seed)
     s = sizes(small)
@@ -539,7 +559,7 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
         stages = TwoStages(name, model) if variant == "1f1b" else None
         runner = pipeline_runner(name, model, variant) if variant in PIPELINE_VARIANTS else None
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = make_optimizer(optimizer, model.parameters())
         prof.step()  # end of ProfilerStep#0 (construction)
         for step in range(steps):
             batches, eval_shape = [], None
@@ -612,6 +632,9 @@ def main(argv=None) -> int:
                          "the experts hit, so tensor sizes follow the routing (dynamic); "
                          "'grouped_mm' (the transformers default) sorts tokens and gives "
                          "fixed sizes")
+    ap.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                    help="adamw: one tensor at a time (the default on a CPU); adamw_foreach: "
+                         "all tensors at once, the default on a GPU; sgd: with momentum")
     args = ap.parse_args(argv)
 
     try:
@@ -635,7 +658,7 @@ def main(argv=None) -> int:
             keep = args.json_for is None or tag in args.json_for
             steps = args.changing_steps if variant in CHANGING_VARIANTS else args.steps
             r = record(name, variant, steps, args.small, args.out, keep, importer,
-                       args.seed, args.moe_impl)
+                       args.seed, args.moe_impl, args.optimizer)
             print(json.dumps(r), flush=True)
     return 0
 

@@ -52,3 +52,54 @@ def test_a_convnet_curriculum_records_a_real_trace(make_traces, tmp_path):
     marks = np.flatnonzero(kinds == 3)
     before, last = ev[marks[2]:marks[3]], ev[marks[3]:]
     assert last["size"][last["kind"] == 1].sum() > before["size"][before["kind"] == 1].sum()
+
+
+def _live_after_first_step(ev):
+    """Bytes live at the second step marker: weights and optimizer state."""
+    marks = np.flatnonzero(ev["kind"] == 3)
+    sizes = {}
+    for e in ev[:marks[2]]:
+        if e["kind"] == 1:
+            sizes[int(e["id"])] = int(e["size"])
+        elif e["kind"] == 2:
+            sizes.pop(int(e["id"]), None)
+    return sum(sizes.values())
+
+
+def _has_run_of(ev, wanted):
+    """Whether the second optimizer step (the last of the run) makes the sizes `wanted` (a Counter) among one run of
+    requests with no free between them."""
+    from collections import Counter
+    marks = np.flatnonzero(ev["kind"] == 3)
+    run = Counter()
+    for e in ev[marks[2]:]:
+        if e["kind"] == 1:
+            run[int(e["size"])] += 1
+            if not wanted - run:
+                return True
+        elif e["kind"] == 2:
+            run = Counter()
+    return False
+
+
+def test_the_optimizer_choice_shapes_the_recorded_step(make_traces, tmp_path):
+    from collections import Counter
+    importer = make_traces._load_importer()
+    runs = {}
+    for kind in make_traces.OPTIMIZERS:
+        out = tmp_path / kind
+        out.mkdir()
+        make_traces.record("convnet", "plain", 2, True, str(out), False, importer, optimizer=kind)
+        runs[kind] = np.load(out / "convnet_plain.npz")["events"]
+    params = list(make_traces.ConvNet(make_traces.sizes(True)["hidden"] // 8).parameters())
+    weights = sum(p.numel() * 4 for p in params)
+    # AdamW keeps two tensors a parameter (and a step count each), SGD with momentum one
+    assert _live_after_first_step(runs["adamw"]) >= 3 * weights
+    assert _live_after_first_step(runs["adamw_foreach"]) >= 3 * weights
+    assert 2 * weights <= _live_after_first_step(runs["sgd"]) < 3 * weights
+    # foreach makes a temporary for every parameter at once; one tensor at a time does not
+    every_param = Counter(p.numel() * 4 for p in params)
+    assert _has_run_of(runs["adamw_foreach"], every_param)
+    assert not _has_run_of(runs["adamw"], every_param)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        make_traces.make_optimizer("lion", [])
