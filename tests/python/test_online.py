@@ -758,3 +758,21 @@ def test_a_pool_serving_for_good_places_where_granules_are_mapped():
     finally:
         a.close()
 
+
+
+def test_a_run_whose_peak_is_the_optimizers_update():
+    # AdamW with foreach (torch's default on a GPU) peaks in its update, the first training
+    # step's included, which no layout precedes: a first run then keeps what best fit left
+    # around the gradients (README, "Other optimizers"), still well under PyTorch's and
+    # expandable segments' waste; a later run with the saved plan places that step too.
+    from stalloc.baseline import simulate
+    from stalloc.compare import compare
+
+    t = stalloc.load_trace(TRACES / "foreach" / "llama_plain.npz").scaled(256)
+    r = replay(t, online=True)
+    waste = r["peak_reserved"] - r["peak_allocated"]
+    pytorch, expandable = simulate(t, "pytorch")["waste"], simulate(t, "pytorch-expandable")["waste"]
+    assert waste < 0.2 * pytorch and waste < expandable
+    rows, how = compare(t)
+    assert how["plan_row"] == "stalloc-saved-plan" and how["saved"]
+    assert rows[-1]["waste"] <= 0.05 * pytorch
