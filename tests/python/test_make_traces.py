@@ -67,8 +67,8 @@ def _live_after_first_step(ev):
 
 
 def _has_run_of(ev, wanted):
-    """Whether the second optimizer step (the last of the run) makes the sizes `wanted` (a Counter) among one run of
-    requests with no free between them."""
+    """Whether the second optimizer step (the run's last) makes the sizes `wanted` (a Counter)
+    among one run of requests with no free between them."""
     from collections import Counter
     marks = np.flatnonzero(ev["kind"] == 3)
     run = Counter()

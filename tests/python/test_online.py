@@ -759,7 +759,6 @@ def test_a_pool_serving_for_good_places_where_granules_are_mapped():
         a.close()
 
 
-
 def test_a_run_whose_peak_is_the_optimizers_update():
     # AdamW with foreach (torch's default on a GPU) peaks in its update, the first training
     # step's included, which no layout precedes: a first run then keeps what best fit left
