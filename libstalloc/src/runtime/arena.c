@@ -1009,19 +1009,19 @@ static uint64_t cheapest_start(const st_arena* a, const st_arena_block* b, uint6
 
 /* Among best fit and the next fit_candidates - 1 free blocks by size, the one whose placement
  * needs the fewest granules mapped (the smallest of those): each granule it maps is a move on
- * a GPU, tens of us of driver calls. */
+ * a GPU, tens of us of driver calls. *start: where in it the block goes (cheapest_start's). */
 static st_arena_block* fewest_unmapped(st_arena* a, st_arena_block* b, uint64_t need, uint64_t align,
-                                       uint64_t stream) {
+                                       uint64_t stream, uint64_t* start) {
   uint64_t best;
-  (void)cheapest_start(a, b, need, align, &best);
+  *start = cheapest_start(a, b, need, align, &best);
   st_arena_block* c = b;
   for (unsigned i = 1; i < a->fit_candidates && best && (c = next_key(a->free_root, c)); i++) {
     if (!usable(a, c, stream)) continue;
-    uint64_t cost;
-    (void)cheapest_start(a, c, need, align, &cost);
+    uint64_t cost, at = cheapest_start(a, c, need, align, &cost);
     if (cost < best) {
       best = cost;
       b = c;
+      *start = at;
     }
   }
   return b;
@@ -1042,14 +1042,13 @@ static stalloc_status_t carve(st_arena* a, uint64_t need, uint64_t align, uint64
                                              : best_fit(a->free_root, need + slack);
   for (int skipped = 0; b && !usable(a, b, stream); skipped++) /* others' recent frees */
     b = skipped < 64 ? next_key(a->free_root, b) : NULL;
-  if (b && a->fit_candidates > 1) b = fewest_unmapped(a, b, need, align, stream);
   uint64_t start = 0;
+  if (b && a->fit_candidates > 1) b = fewest_unmapped(a, b, need, align, stream, &start);
+  else if (b) start = start_in(a, b, need, align);
   bool placed = false; /* b stays in the treap by start for split_out */
   if (b) {
     a->free_root = tr_remove(BY_SIZE, a->free_root, b);
     placed = a->by_address;
-    uint64_t cost;
-    start = a->fit_candidates > 1 ? cheapest_start(a, b, need, align, &cost) : start_in(a, b, need, align);
   } else {
     /* the top grows: from its free block if it has one */
     bool last_free = a->last && a->last->state == AR_FREE && usable(a, a->last, stream);
