@@ -489,6 +489,10 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
   if (rt->cur_idx < rt->P + rt->I) {
     const st_plan_entry* e = &rt->entries[rt->cur_idx];
     if (fits_slot(rt, e, size)) {
+      /* A dynamic entry takes any size, but one past the largest its position reached (an input
+       * batch, live across the boundary) says the step's shape is new as a larger slot would:
+       * t5_ramp `--small` at 256x 18.18 -> 16.18 MiB (docs/online.md). */
+      if (rt->shaped && e->cls == PLAN_CLASS_DYNAMIC && size > e->size) note_grown(rt);
       advance(rt);
       rt->lost = 0;
       push_history(rt, size);

@@ -635,10 +635,50 @@ static void test_lowest_fit_matches_a_scan(void) {
   teardown(&f);
 }
 
+/* A plan made with sizes tolerated (each entry the largest size its position reached) whose
+ * step begins with a request larger than any its position had, here the input batch, which
+ * lives across the boundary and so is dynamic: a new shape, so the rest of the step goes to the
+ * growable pool. Taking the next slots would leave each block alone in a granule of the plan's
+ * region while the blocks planned beside it, now larger, go elsewhere. */
+static void test_a_grown_input_leaves_a_tolerant_plan(void) {
+  fixture f;
+  setup(&f);
+  st_plan_entry iter[3] = {{64 * 1024, PLAN_NO_OFFSET, PLAN_CLASS_DYNAMIC, 0},
+                           {64 * 1024, 4 * MiB, PLAN_CLASS_PERIODIC, UINT32_MAX},
+                           {4 * MiB, 8 * MiB, PLAN_CLASS_PERIODIC, UINT32_MAX}};
+  st_reuse_window win = {0, 3, 0, 1};
+  st_reuse_range range = {0, 4 * MiB};
+  stalloc_plan p = {.pool_size = 12 * MiB, .alignment = 512, .iteration = iter, .iteration_count = 3,
+                    .windows = &win, .window_count = 1, .ranges = &range, .range_count = 1,
+                    .uses_step_markers = 1, .sizes_tolerated = 1};
+  seal_plan(&p);
+  st_runtime* rt;
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, true, &rt));
+  static const uint64_t input[3] = {48 * 1024, 128 * 1024, 64 * 1024}; /* smaller, grown, as planned */
+  static const st_rt_outcome second[3] = {RT_HIT, RT_FALLBACK, RT_HIT};
+  for (int step = 0; step < 3; step++) {
+    void* ptr[3] = {0};
+    st_range_node* node[3] = {0};
+    st_rt_outcome out;
+    CHECK_OK(st_runtime_alloc(rt, input[step], 0, &out, &ptr[0], &node[0]));
+    CHECK(out == RT_DYNAMIC);
+    CHECK_OK(st_runtime_alloc(rt, 64 * 1024, 0, &out, &ptr[1], &node[1]));
+    CHECK(out == second[step]);
+    CHECK_OK(st_runtime_alloc(rt, 4 * MiB, 0, &out, &ptr[2], &node[2]));
+    CHECK(out == second[step]);
+    for (int i = 0; i < 3; i++)
+      if (node[i]) st_runtime_free(rt, node[i], 0);
+    st_runtime_step(rt);
+  }
+  st_runtime_destroy(rt);
+  teardown(&f);
+}
+
 int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
   RUN(test_runtime_in_a_region);
+  RUN(test_a_grown_input_leaves_a_tolerant_plan);
   RUN(test_pool_past_the_range);
   RUN(test_slab_chunks_share_granules);
   RUN(test_cached_list_stays_bounded);
