@@ -40,7 +40,9 @@
  * among a step's first requests (fewer than OUTGROWN_SHARE hits): a new shape shows from the
  * first input, and waiting for a second put the blocks between at planned offsets, each then
  * holding a granule of the plan's region alone beside a step served by the pool (llama_ramp at
- * 256x: 18.57 -> 10.57 MiB, docs/online.md). Further on, the share decides as before. */
+ * 256x: 18.57 -> 10.57 MiB, docs/online.md). Further on, the share decides as before. A request
+ * at a dynamic position (live across the boundary: the input batch) counts when it passes the
+ * largest size the position reached. */
 #define OUTGROWN 1
 #define OUTGROWN_SHARE 4
 #define LOST_IN_POOL 8 /* misses in a row after which the plan's slots are not being claimed
@@ -489,9 +491,9 @@ static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
   if (rt->cur_idx < rt->P + rt->I) {
     const st_plan_entry* e = &rt->entries[rt->cur_idx];
     if (fits_slot(rt, e, size)) {
-      /* A dynamic entry takes any size, but one past the largest its position reached (an input
-       * batch, live across the boundary) says the step's shape is new as a larger slot would:
-       * t5_ramp `--small` at 256x 18.18 -> 16.18 MiB (docs/online.md). */
+      /* A dynamic entry takes any size, but one past the largest its position reached says the
+       * step's shape is new, as a larger slot would (t5_ramp `--small` at 256x: 18.18 -> 16.18
+       * MiB, docs/online.md "A step that outgrows its plan"). */
       if (rt->shaped && e->cls == PLAN_CLASS_DYNAMIC && size > e->size) note_grown(rt);
       advance(rt);
       rt->lost = 0;

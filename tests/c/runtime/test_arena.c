@@ -1,6 +1,7 @@
 /* test_arena.c - the growable pool on the virtual backend (2 MiB granules): granules mapped as
  * blocks touch them and, at the peak, given back (the highest first) before new ones are
- * mapped, a plan's pool as a region of it that costs only the granules its live blocks touch,
+ * mapped, a plan's pool as a region of it that costs only the granules its live blocks touch
+ * (and left for the rest of a step whose input outgrew it),
  * slab chunks in it, the list of cached granules staying bounded over a long run, blocks of
  * whole granules on granule boundaries (in a hole; growing the top, when asked), a block at the
  * mapped end of its free block (at_ends), and, with the
