@@ -470,8 +470,11 @@ static bool layout_at_risk(hint_job* job, bool with) {
   /* Not where the step it came from followed its hints for a quarter of its requests or more
    * and no step has changed with no rule to say how: its positions hold from one step to the
    * next (a dense run's first full step follows the warm-up's layout up to the optimizer state;
-   * an MoE one parts at its first expert's request, and its layouts stay judged). */
-  if (job->followed && !job->predicted && !job->changed) return false;
+   * an MoE one parts at its first expert's request, and its layouts stay judged). Nor, after
+   * such a step, a layout made with the sizes the shape rules foretell for the step under way
+   * (its requests so far agreed, start_pending): the rules hold now, whatever steps changed
+   * before they knew how (micro-batches of new lengths: docs/online.md, "Layouts at risk"). */
+  if (job->followed && (job->predicted || !job->changed)) return false;
   size_t n = job->requests;
   uint64_t* saved = NULL;
   if (!with && !(saved = hide_outliving(job))) return false;
