@@ -490,17 +490,18 @@ static void note_grown(st_runtime* rt) {
 static const st_plan_entry* match(st_runtime* rt, uint64_t size) {
   if (rt->cur_idx < rt->P + rt->I) {
     const st_plan_entry* e = &rt->entries[rt->cur_idx];
+    /* Past the largest size its position reached: a planned slot misses it, a dynamic entry
+     * (which takes any size) still matches, and either way the step's shape is new (t5_ramp
+     * `--small` at 256x: 18.18 -> 16.18 MiB once dynamic entries counted, docs/online.md "A step
+     * that outgrows its plan"). */
+    if (rt->shaped && size > e->size && (e->cls == PLAN_CLASS_PERIODIC || e->cls == PLAN_CLASS_DYNAMIC))
+      note_grown(rt);
     if (fits_slot(rt, e, size)) {
-      /* A dynamic entry takes any size, but one past the largest its position reached says the
-       * step's shape is new, as a larger slot would (t5_ramp `--small` at 256x: 18.18 -> 16.18
-       * MiB, docs/online.md "A step that outgrows its plan"). */
-      if (rt->shaped && e->cls == PLAN_CLASS_DYNAMIC && size > e->size) note_grown(rt);
       advance(rt);
       rt->lost = 0;
       push_history(rt, size);
       return e;
     }
-    if (rt->shaped && size > e->size && e->cls == PLAN_CLASS_PERIODIC) note_grown(rt);
   }
   /* Long lost (a plan from another run): search on every 8th miss only, so each miss costs
    * about what the fallback pool does; finding the way back takes at most 7 requests more. */
