@@ -3,6 +3,7 @@ a real run's trace, one step marker per optimizer step, every block freed or liv
 
 import importlib.util
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -69,7 +70,6 @@ def _live_after_first_step(ev):
 def _has_run_of(ev, wanted):
     """Whether the second optimizer step (the run's last) makes the sizes `wanted` (a Counter)
     among one run of requests with no free between them."""
-    from collections import Counter
     marks = np.flatnonzero(ev["kind"] == 3)
     run = Counter()
     for e in ev[marks[2]:]:
@@ -83,7 +83,6 @@ def _has_run_of(ev, wanted):
 
 
 def test_the_optimizer_choice_shapes_the_recorded_step(make_traces, tmp_path):
-    from collections import Counter
     importer = make_traces._load_importer()
     runs = {}
     for kind in make_traces.OPTIMIZERS:
