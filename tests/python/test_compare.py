@@ -113,6 +113,32 @@ def test_compare_with_a_saved_plan_and_a_limit(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr
 
 
+def test_compare_and_replay_at_a_scale():
+    """--scale N multiplies every request's size, as the benchmarks do: a small CPU recording
+    then reads as a GPU-sized run (at 1x its few granules make every allocator look alike)."""
+    path = str(TRACES / "changing" / "llama_dynpad.npz")
+    t = stalloc.load_trace(path)
+
+    def rows(*extra):
+        out = subprocess.run([sys.executable, "-m", "stalloc", "compare", path, "--json", *extra],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return {r["allocator"]: r for r in json.loads(out.stdout)}
+
+    one, big = rows(), rows("--scale", "64")
+    assert one["pytorch"]["peak_allocated"] == t.lower_bound
+    assert big["pytorch"]["peak_allocated"] == t.scaled(64).lower_bound
+    assert big["stalloc"]["waste"] < big["pytorch-expandable"]["waste"]
+    out = subprocess.run([sys.executable, "-m", "stalloc", "replay", path, "--online", "--scale", "64",
+                          "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["peak_allocated"] == big["stalloc"]["peak_allocated"]
+    for bad in ("0", "-3", "1.5", "x"):
+        out = subprocess.run([sys.executable, "-m", "stalloc", "compare", path, "--scale", bad],
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and "--scale" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_demo_end_to_end_on_one_model(tmp_path):
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, "-m", "stalloc", "demo", "--steps", "5", "--variants", "dense",

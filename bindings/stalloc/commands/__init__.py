@@ -3,10 +3,11 @@ them all. Shared output helpers live here."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-__all__ = ["print_json", "fmt_bytes", "print_table"]
+__all__ = ["print_json", "fmt_bytes", "print_table", "add_scale_argument", "load_scaled"]
 
 
 def print_json(obj) -> None:
@@ -30,3 +31,28 @@ def print_table(rows: list[tuple[str, str]], title: str | None = None) -> None:
     width = max((len(k) for k, _ in rows), default=0)
     for k, v in rows:
         print(f"  {k:<{width}}  {v}")
+
+
+def _scale_factor(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_scale_argument(p: argparse.ArgumentParser) -> None:
+    """--scale N, for the commands that replay a trace."""
+    p.add_argument("--scale", type=_scale_factor, default=1, metavar="N",
+                   help="multiply every request's size by N first, as the benchmarks do to turn a "
+                        "small CPU recording into a GPU-sized run (default 1)")
+
+
+def load_scaled(args):
+    """The trace named on the command line, at its --scale."""
+    from ..load import load_trace
+
+    trace = load_trace(args.trace, args.format)
+    return trace.scaled(args.scale) if args.scale != 1 else trace

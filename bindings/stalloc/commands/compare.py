@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from . import fmt_bytes, print_json
+from . import add_scale_argument, fmt_bytes, load_scaled, print_json
 
 __all__ = ["format_table", "run", "register"]
 
@@ -20,10 +20,9 @@ def format_table(rows: list[dict]) -> str:
 
 def run(args) -> int:
     from ..compare import ROW_KEYS, compare, plot
-    from ..load import load_trace
     from ..plan import Plan
 
-    trace = load_trace(args.trace, args.format)
+    trace = load_scaled(args)
     plan = Plan.load(args.plan) if args.plan else None
     points = 2000 if args.plot else 0
     rows, how = compare(trace, plan, plan_steps=args.plan_steps, limit=args.limit,
@@ -80,6 +79,7 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, help="device memory limit in bytes for the simulators")
     p.add_argument("--time-limit", type=float, default=2.0, help="planner search time, seconds")
     p.add_argument("--format", help="trace format instead of detecting it")
+    add_scale_argument(p)
     p.add_argument("--plot", metavar="PNG", help="draw reserved and allocated memory over the run")
     p.add_argument("--json", action="store_true", help="machine-readable rows")
     p.set_defaults(func=run)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from . import fmt_bytes, print_json, print_table
+from . import add_scale_argument, fmt_bytes, load_scaled, print_json, print_table
 
 __all__ = ["run", "register"]
 
 
 def run(args) -> int:
-    from ..load import load_trace
     from ..replay import parse_online_params, replay
 
     if args.online and args.plan:
@@ -16,7 +15,7 @@ def run(args) -> int:
     if args.online_param and not args.online:
         raise ValueError("--online-param needs --online")
     params = parse_online_params(args.online_param)  # before the trace loads: a typo fails at once
-    trace = load_trace(args.trace, args.format)
+    trace = load_scaled(args)
     online = {"record_steps": args.record_steps, **params} if args.online else False
     r = replay(trace, args.plan, backend=args.backend, check=args.check,
                use_steps=not args.no_steps, online=online, device_lag=args.device_lag)
@@ -88,5 +87,6 @@ def register(sub) -> None:
                    help="virtual backend: model a GPU running EVENTS allocs and frees behind the host "
                         "(a free's queued work finishes that much later); default 0, synchronous")
     p.add_argument("--format", help="trace format instead of detecting it")
+    add_scale_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
