@@ -561,6 +561,37 @@ def test_a_new_kinds_second_step_takes_its_hints_when_the_old_kind_is_expected()
     assert r["peak_reserved"] - r["peak_allocated"] <= 9 * MiB
 
 
+def test_the_step_after_one_that_outgrew_its_plan_follows_a_layout_of_it():
+    # llama_ramp at 256x: the plan made from the batch of 2 serves until the batch of 4 outgrows
+    # it at its first request; the growable pool serves the rest of that step. That step used to
+    # be lost to the layout hints (a plan served its first requests), so the next one, of the
+    # new shape too, went by best fit. It is now recorded from its first request on, and the
+    # next step follows the layout made from it.
+    ev = np.asarray(scaled_trace("changing/llama_ramp.npz", 256).events)
+    a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 40)
+    steps, ptr = [], {}
+    try:
+        a.online_start(wait_for_plan=1)
+        for e in ev:
+            kind, i = int(e["kind"]), int(e["id"])
+            if kind == STEP:
+                steps.append(a.stats())
+                a.step(i)
+            elif kind == ALLOC:
+                ptr[i] = a.alloc(int(e["size"]))
+            elif kind == FREE:
+                a.free(ptr.pop(i))
+        steps.append(a.stats())
+    finally:
+        a.close()
+    per_step = [(s1.alloc_count - s0.alloc_count, s1.plan_misses - s0.plan_misses,
+                 s1.hinted_allocs - s0.hinted_allocs) for s0, s1 in zip(steps, steps[1:])]
+    outgrown = [k for k, (n, missed, _) in enumerate(per_step) if missed > n // 2]
+    assert outgrown and outgrown[0] + 1 < len(per_step)
+    n, _, hinted = per_step[outgrown[0] + 1]
+    assert hinted >= 0.9 * n
+
+
 def padded_run(steps, layers=10, weights=8) -> Trace:
     """Steps of one kind whose sizes follow the padded length of each micro-batch (`steps`: a
     tuple of lengths per step, the batch's input ids allocated first, as a data loader hands

@@ -181,6 +181,37 @@ static void recognise_kind(stalloc_allocator_t* a, uint64_t size) {
   }
 }
 
+/* The step under way outgrew its plan: the layout hints record it from here, with its requests
+ * so far, so the next step (of the new shape, served by the growable pool) gets a layout made
+ * from it rather than best fit alone. Only when each of those requests is still live (a new
+ * shape shows from a step's first inputs): a freed one's size and free are gone. Lock held. */
+static void follow_outgrown_step(stalloc_allocator_t* a) {
+  a->hints_tried = true;
+  a->hints_follow = true;
+  uint64_t k = a->next_id - a->step_first_id;
+  live_block** so_far = calloc(k ? k : 1, sizeof *so_far);
+  uint64_t* asked = malloc((k ? k : 1) * sizeof *asked);
+  size_t found = 0;
+  for (size_t i = 0; so_far && asked && i < a->live.capacity && found < k; i++) {
+    if (!a->live.slots[i].key) continue;
+    live_block* r = (live_block*)(uintptr_t)a->live.slots[i].value;
+    if (r->id < a->step_first_id || r->id >= a->next_id) continue;
+    so_far[r->id - a->step_first_id] = r;
+    found++;
+  }
+  if (asked && found == k) {
+    for (uint64_t j = 0; j < k; j++) asked[j] = so_far[j]->size;
+    if (st_hints_follow(a->hints, asked, k))
+      for (uint64_t j = 0; j < k; j++) so_far[j]->hint_tag = (uint64_t)st_hints_step(a->hints) << 32 | j;
+    else
+      a->hints_follow = false;
+  } else {
+    a->hints_follow = false;
+  }
+  free(so_far);
+  free(asked);
+}
+
 /* Picks the pool: in plan mode the runtime decides (planned offset, reusable space, slab or
  * fallback); otherwise the fallback pool serves everything. Lock held. */
 static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, uint64_t stream, void** p,
@@ -197,7 +228,11 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
       *origin = ORIGIN_PLAN;
       return STALLOC_OK;
     }
-    if (outcome == RT_TINY && st_slab_alloc(a->slab, size, stream, p, (st_slot**)handle) == STALLOC_OK) {
+    if (__builtin_expect(a->hints != NULL, 0) && !a->hints_follow && !a->hints_tried &&
+        st_runtime_outgrown(a->runtime))
+      follow_outgrown_step(a);
+    /* a recorded step's tiny requests go to the growable pool, as they will under its layout */
+    if (outcome == RT_TINY && !a->hints_follow && st_slab_alloc(a->slab, size, stream, p, (st_slot**)handle) == STALLOC_OK) {
       *origin = ORIGIN_SLAB;
       return STALLOC_OK;
     }
@@ -207,7 +242,7 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
   /* The plan's pool is a region of the arena, so a miss shares its granules. */
   bool hinted = false;
   uint32_t position = UINT32_MAX;
-  if (__builtin_expect(a->hints != NULL, 0) && !a->runtime) { /* a step the growable pool serves whole */
+  if (__builtin_expect(a->hints != NULL, 0) && (!a->runtime || a->hints_follow)) { /* a step the growable pool serves */
     uint64_t at;
     position = st_hints_alloc(a->hints, size, &at);
     if (at != UINT64_MAX) {
@@ -356,8 +391,8 @@ static uint32_t other_streams(live_block* r, uint64_t stream) {
 /* Frees live block r, `entry` its entry in the pointer table (find_live's). Lock held. */
 static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t* entry, uint64_t stream) {
   u64map_remove_found(&a->live, entry);
-  if (__builtin_expect(a->hints != NULL, 0) && r->origin == ORIGIN_ARENA) {
-    uint64_t tag = *st_arena_tag(r->handle);
+  if (__builtin_expect(a->hints != NULL, 0)) {
+    uint64_t tag = r->origin == ORIGIN_ARENA ? *st_arena_tag(r->handle) : r->hint_tag;
     if (tag) st_hints_freed(a->hints, (uint32_t)(tag >> 32), (uint32_t)tag);
   }
   uint32_t others = a->ops->event_record ? other_streams(r, stream) : 0;
@@ -756,6 +791,7 @@ static void hints_step(stalloc_allocator_t* a) {
     }
   }
   st_hints_boundary(a->hints, starts, sizes, tags, n, st_online_expected_allocs(a->online));
+  a->hints_follow = a->hints_tried = false;
   if (a->runtime) st_hints_spoil(a->hints); /* a plan serves the step: not one to plan from */
   /* Once steps repeat, what grows the pool's top is a step's own blocks at a new peak (a
    * larger batch, a longer sequence), freed within the step: on a granule boundary each gives

@@ -33,6 +33,8 @@ typedef struct live_block {
   int16_t device;
   uint8_t origin;     /* block_origin */
   void* handle;       /* the pool's own record, by origin */
+  uint64_t hint_tag;  /* step << 32 | position for the layout hints, outside the growable pool
+                         (st_arena_tag within it); 0 = none */
   uint64_t* used_on;  /* other streams the block is used on (record_stream); NULL if none */
   uint32_t used_on_count, used_on_cap;
   struct live_block* next_spare;
@@ -82,6 +84,8 @@ struct stalloc_allocator {
   uint64_t probe[KIND_PROBE];       /* the first request sizes of the step under way, while */
   uint32_t probe_count;             /* several kinds have plans and it is not yet told apart */
   bool probing;
+  bool hints_follow, hints_tried;   /* the step under way outgrew its plan and the hints record
+                                       it (st_hints_follow); that was tried this step */
 };
 
 /* The counters of every plan served so far, every kind's and the replaced ones'. Lock held. */

@@ -244,10 +244,9 @@ static void recognise(st_hints* h) {
 
 static bool stopped(const st_hints* h) { return h->misses >= 2 && h->misses > h->hits / 4; }
 
-uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
-  *offset = UINT64_MAX;
-  if (h->job && atomic_load_explicit(&h->job->done, memory_order_acquire)) adopt(h);
-  uint64_t need = st_align_up(size, h->alignment);
+/* Appends a request to the step under way: its position, or LIVE when the step is not
+ * recorded (a plan served part of it, or no host memory). */
+static uint32_t record(st_hints* h, uint64_t size, uint64_t need) {
   uint32_t position = LIVE;
   if (!h->spoiled && h->n < UINT32_MAX - 1) {
     size_t cap = h->cap; /* three arrays of one length */
@@ -271,6 +270,14 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
       position = (uint32_t)h->n++;
     }
   }
+  return position;
+}
+
+uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
+  *offset = UINT64_MAX;
+  if (h->job && atomic_load_explicit(&h->job->done, memory_order_acquire)) adopt(h);
+  uint64_t need = st_align_up(size, h->alignment);
+  uint32_t position = record(h, size, need);
   if (h->pending && position == h->pending_key) start_pending(h);
   /* no hints expected (the kind expected backs off, or has none): the step may still begin as
    * another kind's (a batch ramp's second step of a new size, expected to be of the old one) */
@@ -301,6 +308,15 @@ void st_hints_freed(st_hints* h, uint32_t step, uint32_t position) {
 }
 
 void st_hints_spoil(st_hints* h) { h->spoiled = true; }
+
+bool st_hints_follow(st_hints* h, const uint64_t* asked, size_t k) {
+  if (!h->spoiled || h->n || h->pending) return false;
+  h->spoiled = false;
+  h->active = -1; /* recorded only: hints made for the plan's sizes would miss */
+  h->resting = true;
+  for (size_t j = 0; j < k && !h->spoiled; j++) record(h, asked[j], st_align_up(asked[j], h->alignment));
+  return !h->spoiled;
+}
 
 bool st_hints_wants_layout(const st_hints* h) { return !h->spoiled && h->n && !h->job; }
 

@@ -30,6 +30,12 @@ void st_hints_outcome(st_hints* h, bool taken);
 void st_hints_freed(st_hints* h, uint32_t step, uint32_t position);
 /* A request of the step went elsewhere (a plan served it): the step is not planned from. */
 void st_hints_spoil(st_hints* h);
+/* A step a plan served until the plan was outgrown (runtime.c's OUTGROWN: a larger batch, a
+ * longer sequence), whose rest the growable pool serves: it is recorded from here as if the
+ * pool had served it whole, its first k requests (`asked`, all still live) included, so that
+ * the next step, of its new shape, gets a layout made from it. No hints serve it. false: it is
+ * not recorded (no host memory, or hints already record it). */
+bool st_hints_follow(st_hints* h, const uint64_t* asked, size_t k);
 /* Whether the boundary coming would plan the step that ends there (then the caller passes the
  * blocks in use to st_hints_boundary). */
 bool st_hints_wants_layout(const st_hints* h);

@@ -853,6 +853,8 @@ void st_runtime_missed_into_arena(st_runtime* rt) {
   count_granules(rt);
 }
 
+bool st_runtime_outgrown(const st_runtime* rt) { return rt->outgrown; }
+
 void st_runtime_retire(st_runtime* rt) {
   count_granules(rt);
   rt->retired = true;

@@ -46,6 +46,8 @@ void st_runtime_free(st_runtime* rt, st_range_node* node, uint64_t stream);
  * one, each block of a pool in the arena keeps only the granules it touches, so the pool's idle
  * granules can serve the misses (see runtime.c, "held" and "counted"). */
 void st_runtime_missed_into_arena(st_runtime* rt);
+/* The step under way outgrew the plan (runtime.c's OUTGROWN): the growable pool serves its rest. */
+bool st_runtime_outgrown(const st_runtime* rt);
 /* The plan is no longer served (dropped or replaced) but blocks of its pool live on: from now
  * on each one keeps only the granules it touches, so they go back as the blocks are freed. */
 void st_runtime_retire(st_runtime* rt);
