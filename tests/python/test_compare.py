@@ -133,6 +133,11 @@ def test_compare_and_replay_at_a_scale():
                           "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["peak_allocated"] == big["stalloc"]["peak_allocated"]
+    text = subprocess.run([sys.executable, "-m", "stalloc", "compare", path], capture_output=True, text=True).stdout
+    assert "--scale N multiplies its sizes" in text  # the recording is 4 MiB at 1x
+    text = subprocess.run([sys.executable, "-m", "stalloc", "compare", path, "--scale", "64"],
+                          capture_output=True, text=True).stdout
+    assert "--scale N" not in text
     for bad in ("0", "-3", "1.5", "x"):
         out = subprocess.run([sys.executable, "-m", "stalloc", "compare", path, "--scale", bad],
                              capture_output=True, text=True)

@@ -9,6 +9,9 @@ from . import add_scale_argument, fmt_bytes, load_scaled, print_json
 __all__ = ["format_table", "run", "register"]
 
 
+SMALL_RUN = 64 << 21  # under 64 granules of 2 MiB the granules, not the allocator, set the waste
+
+
 def format_table(rows: list[dict]) -> str:
     head = f"{'allocator':<22} {'peak allocated':>15} {'peak reserved':>15} {'waste':>12} {'fragmentation':>14} {'waste vs PyTorch':>17}"
     lines = [head, "-" * len(head)]
@@ -55,6 +58,9 @@ def run(args) -> int:
         cut = 1 - online["waste_vs_pytorch"]
         print(f"stalloc cuts PyTorch's waste by {cut:.1%}." if cut >= 0 else
               f"stalloc wastes {-cut:.1%} more than PyTorch on this trace.")
+    if trace.lower_bound < SMALL_RUN:
+        print(f"(this run's peak is {fmt_bytes(trace.lower_bound)}, a few 2 MiB granules, where every allocator "
+              "looks alike; --scale N multiplies its sizes as a larger model's would be)")
     for r in rows:
         if r.get("ooms"):
             print(f"{r['allocator']}: out of memory under --limit {args.limit:,}")
