@@ -176,6 +176,10 @@ static void recognise_kind(stalloc_allocator_t* a, uint64_t size) {
     st_runtime_pause(a->runtime);
     a->runtime = rt;
     st_runtime_join_step(rt, a->probe_count - 1);
+    if (a->hints_follow) { /* recorded since it outgrew one plan: this one's hits go unseen */
+      st_hints_spoil(a->hints);
+      a->hints_follow = false;
+    }
     st_online_serving(a->online, k);
     return;
   }
@@ -187,28 +191,21 @@ static void recognise_kind(stalloc_allocator_t* a, uint64_t size) {
  * shape shows from a step's first inputs): a freed one's size and free are gone. Lock held. */
 static void follow_outgrown_step(stalloc_allocator_t* a) {
   a->hints_tried = true;
-  a->hints_follow = true;
-  uint64_t k = a->next_id - a->step_first_id;
-  live_block** so_far = calloc(k ? k : 1, sizeof *so_far);
+  uint64_t k = a->next_id - a->step_first_id, found = 0;
   uint64_t* asked = malloc((k ? k : 1) * sizeof *asked);
-  size_t found = 0;
-  for (size_t i = 0; so_far && asked && i < a->live.capacity && found < k; i++) {
+  for (size_t i = 0; asked && i < a->live.capacity && found < k; i++) {
     if (!a->live.slots[i].key) continue;
-    live_block* r = (live_block*)(uintptr_t)a->live.slots[i].value;
+    const live_block* r = (const live_block*)(uintptr_t)a->live.slots[i].value;
     if (r->id < a->step_first_id || r->id >= a->next_id) continue;
-    so_far[r->id - a->step_first_id] = r;
+    asked[r->id - a->step_first_id] = r->size; /* ids are unique: k found fill all k */
     found++;
   }
-  if (asked && found == k) {
-    for (uint64_t j = 0; j < k; j++) asked[j] = so_far[j]->size;
-    if (st_hints_follow(a->hints, asked, k))
-      for (uint64_t j = 0; j < k; j++) so_far[j]->hint_tag = (uint64_t)st_hints_step(a->hints) << 32 | j;
-    else
-      a->hints_follow = false;
-  } else {
-    a->hints_follow = false;
+  a->hints_follow = asked && found == k && st_hints_follow(a->hints, asked, k);
+  if (a->hints_follow) { /* their frees are told to the hints by id (release_live) */
+    a->follow_first_id = a->step_first_id;
+    a->follow_count = k;
+    a->follow_step = st_hints_step(a->hints);
   }
-  free(so_far);
   free(asked);
 }
 
@@ -392,7 +389,9 @@ static uint32_t other_streams(live_block* r, uint64_t stream) {
 static void release_live(stalloc_allocator_t* a, live_block* r, uint64_t* entry, uint64_t stream) {
   u64map_remove_found(&a->live, entry);
   if (__builtin_expect(a->hints != NULL, 0)) {
-    uint64_t tag = r->origin == ORIGIN_ARENA ? *st_arena_tag(r->handle) : r->hint_tag;
+    uint64_t j = r->id - a->follow_first_id; /* a request of a followed step the plan served */
+    uint64_t tag = r->origin == ORIGIN_ARENA ? *st_arena_tag(r->handle)
+                   : j < a->follow_count ? (uint64_t)a->follow_step << 32 | j : 0;
     if (tag) st_hints_freed(a->hints, (uint32_t)(tag >> 32), (uint32_t)tag);
   }
   uint32_t others = a->ops->event_record ? other_streams(r, stream) : 0;
