@@ -132,7 +132,8 @@ def test_compare_and_replay_at_a_scale():
     out = subprocess.run([sys.executable, "-m", "stalloc", "replay", path, "--online", "--scale", "64",
                           "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["peak_allocated"] == big["stalloc"]["peak_allocated"]
+    replayed = json.loads(out.stdout)
+    assert replayed["scale"] == 64 and replayed["peak_allocated"] == big["stalloc"]["peak_allocated"]
     text = subprocess.run([sys.executable, "-m", "stalloc", "compare", path], capture_output=True, text=True).stdout
     assert "--scale N multiplies its sizes" in text  # the recording is 4 MiB at 1x
     text = subprocess.run([sys.executable, "-m", "stalloc", "compare", path, "--scale", "64"],

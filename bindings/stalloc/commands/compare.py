@@ -59,8 +59,8 @@ def run(args) -> int:
         print(f"stalloc cuts PyTorch's waste by {cut:.1%}." if cut >= 0 else
               f"stalloc wastes {-cut:.1%} more than PyTorch on this trace.")
     if trace.lower_bound < SMALL_RUN:
-        print(f"(this run's peak is {fmt_bytes(trace.lower_bound)}, a few 2 MiB granules, where every allocator "
-              "looks alike; --scale N multiplies its sizes as a larger model's would be)")
+        print(f"(this run's peak is {fmt_bytes(trace.lower_bound)}, a few 2 MiB granules, which set most of "
+              "every allocator's waste; --scale N multiplies its sizes as a larger model's would be)")
     for r in rows:
         if r.get("ooms"):
             print(f"{r['allocator']}: out of memory under --limit {args.limit:,}")

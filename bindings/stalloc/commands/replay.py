@@ -20,7 +20,7 @@ def run(args) -> int:
     r = replay(trace, args.plan, backend=args.backend, check=args.check,
                use_steps=not args.no_steps, online=online, device_lag=args.device_lag)
     if args.json:
-        print_json({"trace": args.trace, "plan": args.plan, "backend": args.backend,
+        print_json({"trace": args.trace, "scale": args.scale, "plan": args.plan, "backend": args.backend,
                     "online": bool(args.online), **r})
         return 0
     lb = r["lower_bound"]
