@@ -225,8 +225,7 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
       *origin = ORIGIN_PLAN;
       return STALLOC_OK;
     }
-    if (__builtin_expect(a->hints != NULL, 0) && !a->hints_follow && !a->hints_tried &&
-        st_runtime_outgrown(a->runtime))
+    if (__builtin_expect(a->hints != NULL, 0) && !a->hints_tried && st_runtime_outgrown(a->runtime))
       follow_outgrown_step(a);
     /* a recorded step's tiny requests go to the growable pool, as they will under its layout */
     if (outcome == RT_TINY && !a->hints_follow && st_slab_alloc(a->slab, size, stream, p, (st_slot**)handle) == STALLOC_OK) {
