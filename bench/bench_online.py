@@ -8,7 +8,7 @@ switches to the plan or declines it when the growable pool already needs less, a
 when a step misses the plan. It never reads ahead. Peak reserved counts the recording phase.
 
     python bench/bench_online.py [--traces DIR ...] [--growable 0|1] [--scale K] [--device-lag N]
-        [--online-param KEY=VALUE ...] [--repeat-steps N]
+        [--online-param KEY=VALUE ...] [--repeat-steps N] [--draw-steps N [--seed S]]
 
 Waste = peak reserved - peak allocated. repeats: whether the run is exactly periodic (from its
 middle step on, each step asks for the sizes of the step before), where the goal is at most 5%
@@ -30,7 +30,10 @@ off (best fit alone). --device-lag N models a GPU running N allocator calls behi
 long, and a `waits` column counts the times the host waited for the device. --online-param
 passes an online parameter to every replay; --repeat-steps N makes each run longer, its steps
 from the third marker on N times over (bench_online.repeated_steps), where late maps show the
-steady state of a run whose sizes vary.
+steady state of a run whose sizes vary. --draw-steps N makes a longer run whose steps come in no
+recorded order: N steps drawn at random (--seed) from its steps from the third marker on, after
+the steps before it (bench_online.drawn_steps), as a long run that pads, ramps or evaluates at
+no fixed rhythm would.
 """
 
 from __future__ import annotations
@@ -108,9 +111,83 @@ def repeated_steps(t, times: int, first: int = 3):
     return stalloc.Trace.from_events(out[keep])
 
 
+def drawn_steps(t, count: int, seed: int = 0, first: int = 3):
+    """A longer run whose steps do not come in the recorded order: `count` steps drawn at random
+    (with replacement, from `seed`) from the recorded run's steps from the `first`-th step marker
+    on, after the recorded steps before it (steps_in_order)."""
+    marks = int(np.count_nonzero(np.asarray(t.events)["kind"] == STEP))
+    if count < 1 or marks <= first:
+        return t
+    return steps_in_order(t, np.random.default_rng(seed).integers(marks - first, size=count), first)
+
+
+def steps_in_order(t, picks, first: int = 3):
+    """The recorded steps before the `first`-th step marker, then, for each k in `picks`, the
+    recorded run's k-th step from that marker on. A step's requests get ids of their own. Its
+    frees of blocks from before it (a gradient held until the next zero_grad) take, from the
+    latest step that has one live, the block made at the same place: the same size, as
+    many requests of that size into its step (so a run of one repeated step is the recording);
+    failing that the block of that size made last and still live; a free with no block is
+    dropped."""
+    ev = np.asarray(t.events)
+    marks = np.flatnonzero(ev["kind"] == STEP)
+    kinds, ids, sizes = ev["kind"].tolist(), ev["id"].tolist(), ev["size"].tolist()
+    place: dict[int, tuple[int, int]] = {}  # id -> (size, how many of that size its step made before it)
+    made_here: dict[int, int] = {}
+    for kind, ident, size in zip(kinds, ids, sizes):
+        if kind == STEP:
+            made_here = {}
+        elif kind == ALLOC:
+            place[ident] = (size, made_here.get(size, 0))
+            made_here[size] = made_here.get(size, 0) + 1
+    live: dict[int, list[int]] = {}  # size -> ids live now, oldest first
+    made: list[dict[tuple[int, int], int]] = [{}]  # per step so far: (size, rank) -> id
+    for kind, ident, size in zip(kinds[: marks[first]], ids[: marks[first]], sizes[: marks[first]]):
+        if kind == STEP:
+            made.append({})
+        elif kind == ALLOC:
+            live.setdefault(size, []).append(ident)
+            made[-1][place[ident]] = ident
+        elif kind == FREE and ident in place:
+            live[place[ident][0]].remove(ident)
+    bounds = list(marks[first:]) + [len(ev)]
+    steps = [ev[a:b] for a, b in zip(bounds, bounds[1:])]
+    stride = int(ev["id"].max()) + 1
+    out = [ev[: marks[first]]]
+    for k, pick in enumerate(picks, start=1):
+        b = steps[pick].copy()
+        keep = np.ones(len(b), bool)
+        own: dict[int, int] = {}
+        here: dict[tuple[int, int], int] = {}
+        made.append(here)
+        for j, (kind, ident) in enumerate(zip(b["kind"].tolist(), b["id"].tolist())):
+            if kind == ALLOC:
+                own[ident] = here[place[ident]] = ident + k * stride
+                b["id"][j] = own[ident]
+                live.setdefault(place[ident][0], []).append(own[ident])
+            elif kind == FREE:
+                if ident not in place:
+                    keep[j] = False
+                    continue
+                size = place[ident][0]
+                gone = own.get(ident)
+                if gone is None:
+                    ours = live.get(size, [])
+                    gone = next((m[place[ident]] for m in reversed(made[:-1])
+                                 if m.get(place[ident]) in ours), ours[-1] if ours else None)
+                if gone is None or gone not in live.get(size, ()):
+                    keep[j] = False
+                    continue
+                b["id"][j] = gone
+                live[size].remove(gone)
+        out.append(b[keep])
+    return stalloc.Trace.from_events(np.concatenate(out))
+
+
 def row(path: Path, growable: bool, scale: int = 1, hints: int = 1, lag: int = 0,
-        params: dict | None = None, repeat: int = 1) -> dict:
+        params: dict | None = None, repeat: int = 1, draw: int = 0, seed: int = 0) -> dict:
     t = repeated_steps(stalloc.load_trace(path), repeat)
+    t = drawn_steps(t, draw, seed)
     t = t.scaled(scale)
     torch = simulate(t, "pytorch")["waste"]
     expandable = simulate(t, "pytorch-expandable")["waste"]
@@ -152,7 +229,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat-steps", type=int, default=1, metavar="N",
                     help="each run's steps from its third step marker on, N times over (a longer run, "
                          "for the steady state; default 1: the run as recorded)")
+    ap.add_argument("--draw-steps", type=int, default=0, metavar="N",
+                    help="a longer run whose steps come in no recorded order: N steps drawn at random "
+                         "from each run's steps from its third step marker on (default 0: none)")
+    ap.add_argument("--seed", type=int, default=0, help="the seed --draw-steps draws with (default 0)")
     args = ap.parse_args(argv)
+    if args.draw_steps < 0:
+        ap.error(f"--draw-steps must be 0 or more, not {args.draw_steps}")
     try:
         params = parse_online_params(args.online_param)
     except ValueError as e:
@@ -167,7 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     print(head + "\n" + "-" * len(head))
     vs_ex, shares, maps, late, wastes, periodic = [], [], [], [], [], []
     for p in paths:
-        r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag, params, args.repeat_steps)
+        r = row(p, bool(args.growable), args.scale, args.layout_hints, args.device_lag, params, args.repeat_steps,
+                args.draw_steps, args.seed)
         shares.append(r["from_plans"])
         maps.append(r["maps"])
         late.append(r["late_maps"])
