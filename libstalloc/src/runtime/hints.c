@@ -66,6 +66,7 @@ typedef struct hint_set {
   bool foretold;         /* made with sizes the rules foretold (shapes.h) */
   bool foretold_missed;  /* the kind backs off because foretold hints missed (not because hints
                             made without rules did, nor because sizes changed with no rule) */
+  bool served;           /* a step took this kind's hints to its end */
 } hint_set;
 
 struct st_hints {
@@ -205,7 +206,8 @@ static bool adopt(st_hints* h) {
     }
     clear_set(&h->sets[i]);
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
-                            same ? was.skip : 0, job->predicted, same && was.foretold_missed};
+                            same ? was.skip : 0, job->predicted, same && was.foretold_missed,
+                            same && was.served};
     /* More than one position in 16 changed size since the kind's step before (an MoE gate
      * routes other sizes each step, a padded length changes) and no rule said how: the next
      * step would follow its hints only in part, and the blocks placed before they stop can
@@ -903,8 +905,16 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
                        uint64_t expected) {
   if (h->active >= 0 && (h->hits || h->misses)) { /* how the step's hints did */
     hint_set* used = &h->sets[h->active];
-    if (stopped(h)) back_off(used, true);
-    else used->failed = 0;
+    /* A step of another kind (an evaluation pass where a training step was expected, which
+     * begins as one) says nothing of how this kind's steps follow hints that served them
+     * before. (Hints that never did back off: a warm-up's, met by a training step.) */
+    bool other_kind = used->served && !h->spoiled && h->n != used->count;
+    if (!other_kind && stopped(h)) {
+      back_off(used, true);
+    } else if (!other_kind) {
+      used->failed = 0;
+      used->served |= h->hits > 0 && h->n == used->count;
+    }
   }
   free_job(h->pending); /* the step had no request at its key position */
   h->pending = NULL;
