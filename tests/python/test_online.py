@@ -561,6 +561,17 @@ def test_a_new_kinds_second_step_takes_its_hints_when_the_old_kind_is_expected()
     assert r["peak_reserved"] - r["peak_allocated"] <= 9 * MiB
 
 
+def bench_online():
+    """bench/bench_online.py as a module (its run builders and its main)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_online.py"
+    spec = importlib.util.spec_from_file_location("bench_online", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def per_step_counts(t: Trace) -> list[tuple[int, int, int]]:
     """Online, step by step: each step's allocs, plan misses and requests placed by hints."""
     a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 40)
@@ -597,20 +608,15 @@ def test_the_step_after_one_that_outgrew_its_plan_follows_a_layout_of_it():
 
 
 def test_evaluation_passes_in_a_row_leave_the_training_steps_hints_alone():
-    # llama_eval's steps in another order, as a run that evaluates at no fixed rhythm: then
-    # three evaluation passes in a row. The kind expected after a training step is a training
+    # llama_eval's steps in another order, as a run that evaluates at no fixed rhythm would
+    # have them: two training steps and a pass, twice, then three passes in a row. The kind expected after a training step is a training
     # step; an evaluation pass met in its place begins as one (its first two requests take
     # those hints) and then misses them. That used to count against the training steps' hints
     # as if one of theirs had missed, so after two such passes the next training steps went
     # without them (0 of 1,010 requests hinted; on the held-out convnet_eval, its steps drawn at
     # random, best fit took the pool from 122 to 132 MiB at 256x). The training steps after
     # the evaluations follow their hints.
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_online.py"
-    spec = importlib.util.spec_from_file_location("bench_online", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_online()
     recorded = stalloc.load_trace(TRACES / "changing" / "llama_eval.npz")
     # its steps from the third marker on: eval, train, train, eval, ...
     picks = [1, 2, 0, 1, 2, 0, 3, 6, 1, 2]
@@ -753,13 +759,9 @@ def test_bench_online_counts_the_late_steps_maps_apart(tmp_path, capsys):
     # bench/bench_online.py's late maps: the second half's granule maps per step. A periodic run
     # whose layout settles maps nothing there though its warm-up mapped hundreds; an MoE run
     # (routing changes each step) keeps moving granules.
-    import importlib.util
     import shutil
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_online.py"
-    spec = importlib.util.spec_from_file_location("bench_online", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_online()
     for name in ("gpt2_1f1b", "mixtral_plain"):
         shutil.copy(TRACES / f"{name}.npz", tmp_path)
     bench.main(["--traces", str(tmp_path), "--scale", "256"])
@@ -774,12 +776,7 @@ def test_bench_online_draws_steps_that_free_what_the_recording_frees():
     # the recorded order it is the recording itself (each step's frees of blocks from the step
     # before take the block made at the same place); drawn at random, every step's blocks are
     # freed where the recording freed them, so nothing piles up from step to step.
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_online.py"
-    spec = importlib.util.spec_from_file_location("bench_online", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_online()
     recorded = stalloc.load_trace(TRACES / "llama_plain.npz")
     ev = np.asarray(recorded.events)
     body = int((ev["kind"] == STEP).sum()) - 3
@@ -804,12 +801,7 @@ def test_a_steady_pool_may_place_at_the_ends_of_free_blocks_for_fewer_moves():
     # Mixtral at 256x, its steps from the third marker repeated six times (a longer run, as
     # bench_online.py --repeat-steps makes): 181 granules mapped a late step without it, 108 with,
     # for the same waste. 0 (the default) changes nothing.
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_online.py"
-    spec = importlib.util.spec_from_file_location("bench_online", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_online()
     from stalloc.compare import first_steps
 
     recorded = stalloc.load_trace(TRACES / "mixtral_plain.npz")

@@ -13,7 +13,8 @@
  * are those of another kind's hints (one that does not back off), it takes those, also when
  * the kind expected has none to give. A step unlike the one planned (sizes an
  * MoE gate routes, a kind never seen) misses its hints, and they stop for the rest of it; a
- * kind whose hints stop, or whose sizes changed at more than one position in 16 since its step
+ * kind whose hints stop for one of its steps (not for a step of another kind, once they served
+ * one of its own), or whose sizes changed at more than one position in 16 since its step
  * before, backs off for its next 1, 3, 7, ... steps. The pool stays the only owner of its
  * bytes: a hint is only a place to look first, so a wrong one costs memory, never safety. */
 #include <pthread.h>
@@ -66,7 +67,7 @@ typedef struct hint_set {
   bool foretold;         /* made with sizes the rules foretold (shapes.h) */
   bool foretold_missed;  /* the kind backs off because foretold hints missed (not because hints
                             made without rules did, nor because sizes changed with no rule) */
-  bool served;           /* a step took this kind's hints to its end */
+  bool served;           /* a step of this kind took these hints and they never stopped */
 } hint_set;
 
 struct st_hints {
@@ -907,7 +908,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
     hint_set* used = &h->sets[h->active];
     /* A step of another kind (an evaluation pass where a training step was expected, which
      * begins as one) says nothing of how this kind's steps follow hints that served them
-     * before. (Hints that never did back off: a warm-up's, met by a training step.) */
+     * before. (Hints that never served one of their own still back off: a warm-up's, met by
+     * a training step.) */
     bool other_kind = used->served && !h->spoiled && h->n != used->count;
     if (!other_kind && stopped(h)) {
       back_off(used, true);
