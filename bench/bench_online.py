@@ -131,6 +131,8 @@ def steps_in_order(t, picks, first: int = 3):
     dropped."""
     ev = np.asarray(t.events)
     marks = np.flatnonzero(ev["kind"] == STEP)
+    if len(marks) <= first:
+        raise ValueError(f"the run has {len(marks)} step markers; its steps from marker {first} on are none")
     kinds, ids, sizes = ev["kind"].tolist(), ev["id"].tolist(), ev["size"].tolist()
     place: dict[int, tuple[int, int]] = {}  # id -> (size, how many of that size its step made before it)
     made_here: dict[int, int] = {}
@@ -173,8 +175,8 @@ def steps_in_order(t, picks, first: int = 3):
                 gone = own.get(ident)
                 if gone is None:
                     ours = live.get(size, [])
-                    gone = next((m[place[ident]] for m in reversed(made[:-1])
-                                 if m.get(place[ident]) in ours), ours[-1] if ours else None)
+                    gone = next((m[place[ident]] for m in reversed(made)
+                                 if m is not here and m.get(place[ident]) in ours), ours[-1] if ours else None)
                 if gone is None or gone not in live.get(size, ()):
                     keep[j] = False
                     continue
