@@ -911,11 +911,13 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
      * before. (Hints that never served one of their own still back off: a warm-up's, met by
      * a training step.) */
     bool other_kind = used->served && !h->spoiled && h->n != used->count;
-    if (!other_kind && stopped(h)) {
-      back_off(used, true);
-    } else if (!other_kind) {
-      used->failed = 0;
-      used->served |= h->hits > 0 && h->n == used->count;
+    if (!other_kind) {
+      if (stopped(h)) {
+        back_off(used, true);
+      } else {
+        used->failed = 0;
+        used->served |= h->hits > 0 && h->n == used->count;
+      }
     }
   }
   free_job(h->pending); /* the step had no request at its key position */
