@@ -1,10 +1,34 @@
-# The optional C++ half of the PyTorch plug (libstalloc/src/interop/torch_shim.cpp), built into
-# libstalloc_torch.so only where PyTorch's headers and libc10 are found: from STALLOC_TORCH_DIR
-# (torch's package folder), or from the Python that runs the build. Without them nothing here
-# is built and the rest of stalloc is unchanged; the adapter then uses the plain C functions.
+# The C++ half of the PyTorch plug (libstalloc/src/interop/torch_shim.cpp), whose malloc throws
+# where stalloc has no block (PyTorch takes a NULL as a tensor at address 0). Built twice:
+# - libstalloc_torch_generic.so wherever a C++ compiler is found: no PyTorch header, throws
+#   std::runtime_error (RuntimeError in Python), loads against any PyTorch;
+# - libstalloc_torch.so only where PyTorch's headers and libc10 are found (from STALLOC_TORCH_DIR,
+#   torch's package folder, or from the Python that runs the build): throws
+#   c10::OutOfMemoryError (torch.cuda.OutOfMemoryError), loads against that PyTorch's libc10.
+# torch_backend.plug_library() takes the first that loads. The rest of stalloc is C either way.
 set(STALLOC_TORCH_DIR "" CACHE PATH "torch's package folder (holding include/ and lib/); empty: ask Python")
 set(STALLOC_TORCH_SHIM OFF)
-if(STALLOC_SANITIZE OR STALLOC_BUILD_FUZZ)
+set(STALLOC_TORCH_GENERIC OFF)
+if(STALLOC_BUILD_FUZZ)
+  return() # the fuzz targets need neither, and their flags are clang's
+endif()
+include(CheckLanguage)
+check_language(CXX)
+if(NOT CMAKE_CXX_COMPILER)
+  message(STATUS "stalloc: no C++ compiler: libstalloc_torch and libstalloc_torch_generic not built")
+  return()
+endif()
+enable_language(CXX)
+set(STALLOC_TORCH_GENERIC ON)
+add_library(stalloc_torch_generic SHARED "${CMAKE_CURRENT_SOURCE_DIR}/libstalloc/src/interop/torch_shim.cpp")
+target_compile_definitions(stalloc_torch_generic PRIVATE STALLOC_TORCH_GENERIC)
+target_link_libraries(stalloc_torch_generic PRIVATE stalloc)
+set_target_properties(stalloc_torch_generic PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
+  CXX_VISIBILITY_PRESET hidden INSTALL_RPATH "$ORIGIN")
+if(STALLOC_INSTALL OR SKBUILD)
+  install(TARGETS stalloc_torch_generic LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
+if(STALLOC_SANITIZE)
   return() # libc10 is not built with the sanitizers' runtime
 endif()
 set(_torch_dir "${STALLOC_TORCH_DIR}")
@@ -30,13 +54,6 @@ if(NOT _torch_dir OR NOT EXISTS "${_torch_dir}/include/c10/util/Exception.h" OR 
   message(STATUS "stalloc: PyTorch headers not found: libstalloc_torch (typed OOM, capture refusal) not built")
   return()
 endif()
-include(CheckLanguage)
-check_language(CXX)
-if(NOT CMAKE_CXX_COMPILER)
-  message(STATUS "stalloc: no C++ compiler: libstalloc_torch not built")
-  return()
-endif()
-enable_language(CXX)
 message(STATUS "stalloc: building libstalloc_torch against ${_torch_dir}")
 set(STALLOC_TORCH_SHIM ON)
 add_library(stalloc_torch SHARED "${CMAKE_CURRENT_SOURCE_DIR}/libstalloc/src/interop/torch_shim.cpp")

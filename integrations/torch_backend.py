@@ -5,8 +5,8 @@
     torch_backend.enable()                 # before the first CUDA tensor
 
 libstalloc serves every CUDA allocation through ``CUDAPluggableAllocator``, pointed at the
-same libstalloc the ``stalloc`` package loaded and at its exports with PyTorch's exact
-signatures (``stalloc_torch_malloc``/``stalloc_torch_free``). The first ``record_steps``
+plug library beside the libstalloc the ``stalloc`` package loaded and at its exports with
+PyTorch's exact signatures (``stalloc_torch_shim_malloc``/``stalloc_torch_free``). The first ``record_steps``
 optimizer steps are recorded, planned in the background and switched to at a step boundary
 (stalloc.session). With ``plan_path`` the plan is saved (unless the recorded steps changed
 shape: then the next run is served online too), and reused by the next run when it
@@ -18,9 +18,11 @@ Every hook PyTorch's allocator object offers is registered (:func:`register_hook
 ``torch.cuda.set_per_process_memory_fraction()`` sets stalloc's memory limit (through the hook
 and again directly, :func:`route_memory_fraction`). With
 ``patch_torch_stats`` (the default) ``torch.cuda.memory_stats()`` and its family answer with
-stalloc's figures (:func:`patch_torch_stats`). Where libstalloc_torch.so was built (PyTorch's
-headers present at build time), an out-of-memory reaches Python as ``torch.cuda.OutOfMemoryError``
-with stalloc's message; :func:`oom_guard` does the same for code paths without it. CUDA graph
+stalloc's figures (:func:`patch_torch_stats`). The malloc PyTorch calls throws where stalloc has
+no block (a NULL would become a tensor at address 0, :func:`plug_library`): where
+libstalloc_torch.so was built against this PyTorch, an out-of-memory reaches Python as
+``torch.cuda.OutOfMemoryError`` with stalloc's message, elsewhere as a RuntimeError with it, which
+:func:`oom_guard` turns into the typed error. CUDA graph
 capture (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``) is refused with a
 message naming the setting that avoids it (:func:`refuse_capture`).
 On a CPU-only PyTorch, :func:`enable` explains what is missing; :func:`record` (the profiler
@@ -34,6 +36,7 @@ import collections.abc
 import contextlib
 import ctypes
 import os
+import warnings
 
 from .. import capture
 from .._lib import ffi, lib, library_path
@@ -109,13 +112,13 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
         raise RuntimeError(f"stalloc: {reason}")
     if _allocators:
         raise RuntimeError("stalloc: torch_backend.enable() was already called")
+    path, malloc_name = plug_library()  # before anything changes: it may refuse
     devices = list(range(torch.cuda.device_count())) if devices is None else list(devices)
     for d in devices:
         a = Allocator(backend=backend, device=d, memory_limit=memory_limit)
         _allocators[d] = a
         lib.stalloc_torch_register(d, a._h())
     atexit.register(_at_exit)
-    path, malloc_name = plug_library()
     pluggable = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_name, "stalloc_torch_free")
     register_hooks(pluggable.allocator())
     torch.cuda.memory.change_current_allocator(pluggable)
@@ -308,34 +311,60 @@ def disable() -> None:
 
 # ---- PyTorch's allocator hooks -------------------------------------------------------------
 
-def _shim_path() -> str | None:
-    """libstalloc_torch.so beside libstalloc.so, where it was built (PyTorch headers present)."""
-    path = os.path.join(os.path.dirname(library_path), "libstalloc_torch.so")
+# The C++ halves of the plug (libstalloc/src/interop/torch_shim.cpp), best first: their malloc
+# throws where libstalloc's returns NULL, which PyTorch would take as a tensor at address 0.
+TYPED_PLUG = "libstalloc_torch.so"  # c10::OutOfMemoryError: torch.cuda.OutOfMemoryError
+GENERIC_PLUG = "libstalloc_torch_generic.so"  # std::runtime_error: RuntimeError, any PyTorch
+_warned_typed = False
+
+
+def _plug_path(name: str) -> str | None:
+    """A plug library beside libstalloc.so, where it was built."""
+    path = os.path.join(os.path.dirname(library_path), name)
     return path if os.path.isfile(path) else None
 
 
-def _shim():
-    """The loaded libstalloc_torch, or None where it is absent or does not load against this
-    PyTorch (it links PyTorch's libc10, so torch is imported first)."""
-    path = _shim_path()
+def _load_plug(name: str):
+    """(the loaded library, None), or (None, why it is not there)."""
+    path = _plug_path(name)
     if path is None:
-        return None
-    _torch()
+        return None, f"{name} was not built"
+    _torch()  # libstalloc_torch links PyTorch's libc10: torch is loaded first
     try:
-        return ctypes.CDLL(path)
-    except OSError:
-        return None
+        return ctypes.CDLL(path), None
+    except OSError as e:
+        return None, str(e)
+
+
+def _plug():
+    """The plug library whose malloc CUDAPluggableAllocator calls: libstalloc_torch where it
+    loads, else libstalloc_torch_generic. Warns once when libstalloc_torch was built but does not
+    load (built against another PyTorch); raises RuntimeError when neither loads."""
+    global _warned_typed
+    typed, why_typed = _load_plug(TYPED_PLUG)
+    if typed is not None:
+        return typed
+    if _plug_path(TYPED_PLUG) and not _warned_typed:
+        _warned_typed = True
+        warnings.warn(f"stalloc: {TYPED_PLUG} does not load against this PyTorch ({why_typed}); "
+                      "an out-of-memory is raised as RuntimeError rather than "
+                      "torch.cuda.OutOfMemoryError (torch_backend.oom_guard() turns it into one). "
+                      "Rebuilding stalloc against this PyTorch restores it: pip install "
+                      "--no-build-isolation --no-binary stalloc stalloc", RuntimeWarning, stacklevel=3)
+    generic, why_generic = _load_plug(GENERIC_PLUG)
+    if generic is not None:
+        return generic
+    raise RuntimeError(f"stalloc: neither {TYPED_PLUG} ({why_typed}) nor {GENERIC_PLUG} "
+                       f"({why_generic}) loads, and PyTorch takes a failed allocation from a "
+                       "malloc that cannot throw as a tensor at address 0; rebuild stalloc where "
+                       "a C++ compiler is found")
 
 
 def plug_library() -> tuple[str, str]:
-    """The library and malloc that CUDAPluggableAllocator loads: libstalloc_torch's malloc
-    (throws c10::OutOfMemoryError, which PyTorch raises as torch.cuda.OutOfMemoryError) where it
-    loads, else libstalloc's (a NULL that PyTorch reports as a generic error). Both libraries
-    export stalloc_torch_free (libstalloc_torch through its dependency on libstalloc)."""
-    shim = _shim()
-    if shim is not None:
-        return shim._name, "stalloc_torch_shim_malloc"
-    return library_path, "stalloc_torch_malloc"
+    """The library and malloc that CUDAPluggableAllocator loads (:func:`_plug`). Its malloc
+    throws where stalloc has no block; both libraries export stalloc_torch_free too (through
+    their dependency on libstalloc)."""
+    return _plug()._name, "stalloc_torch_shim_malloc"
 
 
 def _address(fn) -> int:
@@ -352,12 +381,10 @@ def hook_addresses() -> dict[str, int]:
         "set_base_alloc_fn": _address(lib.stalloc_torch_base_alloc),
         "set_record_stream_fn": _address(lib.stalloc_torch_record_stream),
     }
-    shim = _shim()
-    if shim is not None:
-        # Capture into a private pool is refused where it begins; with no pool ever begun,
-        # set_end_allocate_to_pool_fn and set_release_pool have nothing to act on.
-        out["set_begin_allocate_to_pool"] = ctypes.cast(
-            shim.stalloc_torch_shim_begin_allocate_to_pool, ctypes.c_void_p).value
+    # Capture into a private pool is refused where it begins; with no pool ever begun,
+    # set_end_allocate_to_pool_fn and set_release_pool have nothing to act on.
+    out["set_begin_allocate_to_pool"] = ctypes.cast(
+        _plug().stalloc_torch_shim_begin_allocate_to_pool, ctypes.c_void_p).value
     return out
 
 

@@ -3,9 +3,9 @@
 and a GPU): each case in a fresh process, since the allocator is chosen before CUDA starts.
 
 - oom: past `set_per_process_memory_fraction`, a request raises `torch.cuda.OutOfMemoryError`
-  with stalloc's message (through libstalloc_torch.so where the wheel has it, else
-  `torch_backend.oom_guard()`); the process then allocates and computes as before, and once the
-  limit is raised the same request succeeds.
+  with stalloc's message (through libstalloc_torch.so where it loads, else the RuntimeError of
+  libstalloc_torch_generic.so through `torch_backend.oom_guard()`); the process then allocates
+  and computes as before, and once the limit is raised the same request succeeds.
 - graph: `torch.cuda.graph` capture is refused before anything is captured, with a message naming
   the settings that avoid it, and the stream computes normally after.
 - stats: `torch.cuda.memory_allocated()`, `max_memory_reserved()`, `memory_stats()`,
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -34,6 +35,7 @@ def case_oom() -> dict:
     from stalloc.integrations import torch_backend
 
     torch_backend.enable()
+    plug = os.path.basename(torch_backend.plug_library()[0])  # whose malloc throws (a NULL made a tensor)
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(0.02)
     limit = torch_backend._session(0).allocator.stats().memory_limit  # what stalloc took from it
@@ -53,7 +55,7 @@ def case_oom() -> dict:
     y.fill_(7)
     fits = int(y[-1].item()) == 7
     ok = raised and typed and "stalloc" in message and after == 2.0 * MiB and fits
-    return {"ok": ok, "raised": raised, "typed": typed, "message": message[:300], "stalloc_limit": limit,
+    return {"ok": ok, "raised": raised, "typed": typed, "message": message[:300], "plug": plug, "stalloc_limit": limit,
             "fraction_read_back": torch.cuda.get_per_process_memory_fraction(),
             "computes_after": after == 2.0 * MiB, "fits_after_raising_limit": fits}
 

@@ -212,8 +212,7 @@ def test_every_offered_hook_is_registered_with_the_c_function():
             "set_memory_fraction_fn": "stalloc_torch_set_memory_fraction",
             "set_base_alloc_fn": "stalloc_torch_base_alloc",
             "set_record_stream_fn": "stalloc_torch_record_stream"}[name])))
-    shim = torch_backend._shim()
-    assert ("set_begin_allocate_to_pool" in done) == (shim is not None)
+    assert "set_begin_allocate_to_pool" in done  # the plug library refuses capture where it begins
     # A torch offering fewer setters gets only those.
     older = FakePluggable(offered=("set_reset_fn",))
     assert torch_backend.register_hooks(older) == ["set_reset_fn"]
@@ -341,20 +340,46 @@ def test_out_of_memory_is_torch_cuda_out_of_memory_with_stallocs_figures():
         a.close()
 
 
-def test_plug_library_uses_the_throwing_malloc_where_built():
+def test_plug_library_uses_a_malloc_that_throws():
+    import ctypes
+
     from stalloc.integrations import torch_backend
 
     pytest.importorskip("torch")
     path, name = torch_backend.plug_library()
-    if torch_backend._shim_path() is None:
-        assert (path, name) == (torch_backend.library_path, "stalloc_torch_malloc")
-        pytest.skip("libstalloc_torch.so was not built (no PyTorch headers at build time)")
-    import ctypes
-
-    assert name == "stalloc_torch_shim_malloc"
+    assert name == "stalloc_torch_shim_malloc"  # never libstalloc's, whose NULL PyTorch takes as a tensor
+    typed = torch_backend._load_plug(torch_backend.TYPED_PLUG)[0]
+    assert os.path.basename(path) == (torch_backend.TYPED_PLUG if typed else torch_backend.GENERIC_PLUG)
     plug = ctypes.CDLL(path)
     assert plug[name] and plug["stalloc_torch_free"]  # both names CUDAPluggableAllocator looks up
     assert plug["stalloc_torch_shim_begin_allocate_to_pool"]
+
+
+def test_a_typed_plug_built_for_another_pytorch_falls_back_to_the_generic_one(monkeypatch, tmp_path):
+    from stalloc.integrations import torch_backend
+
+    pytest.importorskip("torch")
+    if torch_backend._plug_path(torch_backend.GENERIC_PLUG) is None:
+        pytest.skip("libstalloc_torch_generic.so was not built (no C++ compiler)")
+    foreign = tmp_path / torch_backend.TYPED_PLUG
+    foreign.write_bytes(b"not a library for this PyTorch")  # loads as badly as a mismatched libc10
+    real = torch_backend._plug_path
+
+    def path_of(name):
+        return str(foreign) if name == torch_backend.TYPED_PLUG else real(name)
+
+    monkeypatch.setattr(torch_backend, "_plug_path", path_of)
+    monkeypatch.setattr(torch_backend, "_warned_typed", False)
+    with pytest.warns(RuntimeWarning, match="does not load against this PyTorch.*RuntimeError"):
+        path, name = torch_backend.plug_library()
+    assert os.path.basename(path) == torch_backend.GENERIC_PLUG and name == "stalloc_torch_shim_malloc"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per process
+        torch_backend.plug_library()
+
+    monkeypatch.setattr(torch_backend, "_plug_path", lambda name: str(foreign) if name == torch_backend.TYPED_PLUG else None)
+    with pytest.raises(RuntimeError, match="address 0"):  # nothing that throws: enable() refuses
+        torch_backend.plug_library()
 
 
 def test_capture_is_refused_with_the_setting_that_avoids_it():

@@ -773,8 +773,10 @@ STALLOC_API stalloc_status_t stalloc_dlpack_delete(void* managed_tensor);
 /* Registers the allocator that serves `device` (0..63); NULL unregisters. The caller keeps
  * the allocator alive while registered and while blocks it gave out are live. */
 STALLOC_API stalloc_status_t stalloc_torch_register(int32_t device, stalloc_allocator_t* allocator);
-/* PyTorch's malloc: NULL on failure (no allocator for the device, out of memory); the reason
- * is in stalloc_torch_last_error(). */
+/* PyTorch's malloc signature: NULL on failure (no allocator for the device, out of memory);
+ * the reason is in stalloc_torch_last_error(). Not for CUDAPluggableAllocator itself, which
+ * takes a NULL as a tensor at address 0: give it stalloc_torch_shim_malloc from
+ * libstalloc_torch.so or libstalloc_torch_generic.so, which throws instead (torch_shim.cpp). */
 STALLOC_API void* stalloc_torch_malloc(size_t size, int device, void* stream);
 /* PyTorch's free. It cannot return an error: a failure is counted, kept in
  * stalloc_torch_last_error() and reported once on stderr; nothing is freed then. */
