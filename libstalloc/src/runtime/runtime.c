@@ -45,6 +45,17 @@
  * largest size the position reached. */
 #define OUTGROWN 1
 #define OUTGROWN_SHARE 4
+/* A step the plan does not hold at all (an MoE step routed unlike the recorded ones) misses
+ * between hits, so neither OUTGROWN nor LOST_IN_POOL sees it: each miss goes to the growable
+ * pool beside the plan's region while the hits hold the region's granules, and the step maps
+ * both. Once OUTSIDE of a step's requests went to the pool, more than one for every
+ * OUTSIDE_SHARE of its hits, the pool serves the rest of the step. A step that merely resyncs
+ * sends a few there (llama_ramp's larger steps, drawn from its recording in no fixed order:
+ * 41 of 190 early on, then the plan to the end). On the foreach `--small` mixtral_1f1b_m8 run
+ * drawn 60 steps long (seed 4) at 256x: 81.31 -> 23.31 MiB, no other run of the recorded or
+ * drawn sets moved (docs/online.md, "Where it stands"). */
+#define OUTSIDE 64
+#define OUTSIDE_SHARE 8
 #define LOST_IN_POOL 8 /* misses in a row after which the plan's slots are not being claimed
                           (a step of another kind): misses then go into the pool's free space */
 
@@ -111,6 +122,7 @@ struct st_runtime {
   st_runtime_counters c;
   uint64_t step_hits;  /* hits before this step */
   uint64_t step_grown; /* requests this step taken for a planned one but larger than it */
+  uint64_t step_outside; /* requests this step sent to the caller's pool (see OUTSIDE) */
   bool outgrown;       /* this step left the plan (see OUTGROWN) */
 };
 
@@ -773,6 +785,8 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
     *node = n;
     return STALLOC_OK;
   }
+  if (++rt->step_outside >= OUTSIDE && rt->step_outside * OUTSIDE_SHARE > rt->c.hits - rt->step_hits)
+    rt->outgrown = rt->arena && rt->use_steps; /* the next marker resets it */
   *outcome = RT_FALLBACK;
   return STALLOC_OK;
 }
@@ -800,7 +814,7 @@ void st_runtime_free(st_runtime* rt, st_range_node* n, uint64_t stream) {
 
 void st_runtime_step(st_runtime* rt) {
   rt->step_hits = rt->c.hits;
-  rt->step_grown = 0;
+  rt->step_grown = rt->step_outside = 0;
   rt->outgrown = false;
   if (rt->counted && !rt->arena_misses) hold_granules(rt); /* a step that followed the plan */
   rt->arena_misses = 0;
