@@ -6,11 +6,11 @@
 
 libstalloc serves every CUDA allocation through ``CUDAPluggableAllocator``, pointed at the
 plug library beside the libstalloc the ``stalloc`` package loaded and at its exports with
-PyTorch's exact signatures (``stalloc_torch_shim_malloc``/``stalloc_torch_free``). The first ``record_steps``
-optimizer steps are recorded, planned in the background and switched to at a step boundary
-(stalloc.session). With ``plan_path`` the plan is saved (unless the recorded steps changed
-shape: then the next run is served online too), and reused by the next run when it
-still fits. Under torch.distributed each rank keeps its own plan (``rank<R>.stplan``).
+PyTorch's exact signatures (``stalloc_torch_shim_malloc``/``stalloc_torch_free``). The first
+``record_steps`` optimizer steps are recorded, planned in the background and switched to at a
+step boundary (stalloc.session). With ``plan_path`` the plan is saved (unless the recorded
+steps changed shape: then the next run is served online too), and reused by the next run when
+it still fits. Under torch.distributed each rank keeps its own plan (``rank<R>.stplan``).
 
 Every hook PyTorch's allocator object offers is registered (:func:`register_hooks`):
 ``Tensor.record_stream`` keeps a block from reuse until the recorded streams are done,
@@ -350,7 +350,8 @@ def _plug():
                       "an out-of-memory is raised as RuntimeError rather than "
                       "torch.cuda.OutOfMemoryError (torch_backend.oom_guard() turns it into one). "
                       "Rebuilding stalloc against this PyTorch restores it: pip install "
-                      "--no-build-isolation --no-binary stalloc stalloc", RuntimeWarning, stacklevel=3)
+                      "--no-build-isolation --no-binary stalloc stalloc", RuntimeWarning,
+                      stacklevel=4)  # _plug, plug_library, enable: the caller of enable()
     generic, why_generic = _load_plug(GENERIC_PLUG)
     if generic is not None:
         return generic
