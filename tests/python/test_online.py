@@ -609,9 +609,9 @@ def test_the_step_after_one_that_outgrew_its_plan_follows_a_layout_of_it():
 
 def test_evaluation_passes_in_a_row_leave_the_training_steps_hints_alone():
     # llama_eval's steps in another order, as a run that evaluates at no fixed rhythm would
-    # have them: two training steps and a pass, twice, then three passes in a row. The kind expected after a training step is a training
-    # step; an evaluation pass met in its place begins as one (its first two requests take
-    # those hints) and then misses them. That used to count against the training steps' hints
+    # have them: two training steps and a pass, twice, then three passes in a row. The kind
+    # expected after a training step is a training step; an evaluation pass met in its place
+    # begins as one (its first two requests take those hints) and then misses them. That used to count against the training steps' hints
     # as if one of theirs had missed, so after two such passes the next training steps went
     # without them (0 of 1,010 requests hinted; on the held-out convnet_eval, its steps drawn at
     # random, best fit took the pool from 122 to 132 MiB at 256x). The training steps after

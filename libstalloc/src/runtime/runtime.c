@@ -495,10 +495,14 @@ static void push_history(st_runtime* rt, uint64_t size) {
   rt->hist[rt->hist_head] = size;
 }
 
+/* The step left the plan (OUTGROWN, OUTSIDE): the growable pool, where there is one and steps
+ * are marked, serves its rest. The next marker resets it. */
+static void leave_plan_for_step(st_runtime* rt) { rt->outgrown = rt->arena && rt->use_steps; }
+
 /* A request larger than the slot expected at the cursor (runtime.c's OUTGROWN). */
 static void note_grown(st_runtime* rt) {
   if (++rt->step_grown >= OUTGROWN && rt->step_grown * OUTGROWN_SHARE > rt->c.hits - rt->step_hits)
-    rt->outgrown = rt->arena && rt->use_steps; /* the next marker resets it */
+    leave_plan_for_step(rt);
 }
 
 /* The entry this request matches (advancing the cursor), or NULL for a miss. */
@@ -789,7 +793,7 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
     return STALLOC_OK;
   }
   if (rt->shaped && ++rt->step_outside >= OUTSIDE && rt->step_outside * OUTSIDE_SHARE > rt->c.hits - rt->step_hits)
-    rt->outgrown = rt->arena && rt->use_steps; /* the next marker resets it */
+    leave_plan_for_step(rt);
   *outcome = RT_FALLBACK;
   return STALLOC_OK;
 }
