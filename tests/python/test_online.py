@@ -795,6 +795,30 @@ def test_bench_online_draws_steps_that_free_what_the_recording_frees():
     assert bench.drawn_steps(changing, 0) is changing
 
 
+def test_check_drawn_runs_checks_long_runs_in_no_fixed_order(tmp_path, capsys):
+    # bench/check_drawn_runs.py: runs drawn from a recording's steps, replayed online on host
+    # memory with the data and overlap checks; a failed check is reported and fails the script.
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "check_drawn_runs.py"
+    spec = importlib.util.spec_from_file_location("check_drawn_runs", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / "llama_ramp.npz").symlink_to(TRACES / "changing" / "llama_ramp.npz")
+    args = ["--traces", str(tmp_path), "--draw-steps", "8", "--seeds", "3", "4", "--scale", "2"]
+    assert tool.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count(" ok\n") == 2 and "2 passed the data and overlap checks, 0 failed" in out
+
+    def damaged(*a, **k):
+        raise stalloc.StallocError("replay: block 7 damaged")
+
+    tool.replay = damaged
+    assert tool.main(args) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: StallocError: replay: block 7 damaged" in out and "0 passed" in out
+
+
 def test_a_steady_pool_may_place_at_the_ends_of_free_blocks_for_fewer_moves():
     # pool_at_ends_after: once the pool serves for good and its peak has held that many steps, a
     # request may also go at either end of its free block where fewer granules need mapping.
