@@ -8,8 +8,9 @@ checks). One line per run, then a summary; the exit status is 1 if any run faile
 
     python bench/check_drawn_runs.py --traces DIR ... [--draw-steps 20] [--seeds 1 2] [--scale 4]
 
---scale multiplies every size (host memory is used for real: 64 turns a `--small` recording
-into a run of a few hundred MiB, where the growable pool serves; at 1-4 plans are used more).
+--scale multiplies every size. Host memory is used for real: 64 turns a `--small` recording into
+a run of a few hundred MiB. Both scales are worth checking, since plans are switched to more
+often at small sizes and the growable pool serves more at large ones.
 """
 
 from __future__ import annotations
