@@ -16,7 +16,6 @@ often at small sizes and the growable pool serves more at large ones.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -24,19 +23,13 @@ import stalloc
 from stalloc.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_online import drawn_steps  # noqa: E402  (this folder, as bench_compare.py imports its own)
 
 
-def drawn_steps():
-    """bench_online.drawn_steps (this folder is not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_online", Path(__file__).with_name("bench_online.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.drawn_steps
-
-
-def check(path: Path, steps: int, seed: int, scale: int, draw) -> dict:
+def check(path: Path, steps: int, seed: int, scale: int) -> dict:
     """One drawn run replayed with every check; `error` is the failure's message, or None."""
-    t = draw(stalloc.load_trace(path), steps, seed).scaled(scale)
+    t = drawn_steps(stalloc.load_trace(path), steps, seed).scaled(scale)
     try:
         r = replay(t, backend="host", check=True, online=True)
     except Exception as e:  # a failed check raises; so does any other error, which is a failure too
@@ -62,13 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     paths = [p for d in args.traces for p in sorted(Path(d).glob("*.npz")) + sorted(Path(d).glob("*.stalloc"))]
     if not paths:
         ap.error(f"no traces (*.npz, *.stalloc) in {' '.join(args.traces)}")
-    draw = drawn_steps()
     head = f"{'trace':<28} {'seed':>5} {'requests':>9} {'plan hits':>9} {'peak reserved MiB':>17}  result"
     print(head + "\n" + "-" * len(head))
     failed = runs = 0
     for p in paths:
         for seed in args.seeds:
-            r = check(p, args.draw_steps, seed, args.scale, draw)
+            r = check(p, args.draw_steps, seed, args.scale)
             runs += 1
             if r["error"]:
                 failed += 1

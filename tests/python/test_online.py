@@ -561,15 +561,20 @@ def test_a_new_kinds_second_step_takes_its_hints_when_the_old_kind_is_expected()
     assert r["peak_reserved"] - r["peak_allocated"] <= 9 * MiB
 
 
-def bench_online():
-    """bench/bench_online.py as a module (its run builders and its main)."""
+def bench_script(name: str):
+    """bench/<name>.py as a module (bench/ is not a package)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_online.py"
-    spec = importlib.util.spec_from_file_location("bench_online", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_online():
+    """bench/bench_online.py as a module (its run builders and its main)."""
+    return bench_script("bench_online")
 
 
 def per_step_counts(t: Trace) -> list[tuple[int, int, int]]:
@@ -798,12 +803,7 @@ def test_bench_online_draws_steps_that_free_what_the_recording_frees():
 def test_check_drawn_runs_checks_long_runs_in_no_fixed_order(tmp_path, capsys):
     # bench/check_drawn_runs.py: runs drawn from a recording's steps, replayed online on host
     # memory with the data and overlap checks; a failed check is reported and fails the script.
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "check_drawn_runs.py"
-    spec = importlib.util.spec_from_file_location("check_drawn_runs", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = bench_script("check_drawn_runs")
     (tmp_path / "llama_ramp.npz").symlink_to(TRACES / "changing" / "llama_ramp.npz")
     args = ["--traces", str(tmp_path), "--draw-steps", "8", "--seeds", "3", "4", "--scale", "2"]
     assert tool.main(args) == 0
