@@ -35,11 +35,11 @@ fi
 echo "== install from the carried wheels (pip --no-index)"
 "$PY" -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELS" cffi pycparser
 wheel=$(ls "$WHEELS"/stalloc-*.whl 2>/dev/null | head -1 || true)
-install() { "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --force-reinstall "$1"; }
+install_wheel() { "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --force-reinstall "$1"; }
 # libstalloc_torch.so (typed OOM) links the libc10 it was built against: one built for another
 # PyTorch does not load here (the seventh GPU session: built on 2.13, run on 2.11).
 typed_plug_loads() { "$PY" -c 'import sys; from stalloc.integrations import torch_backend as t; sys.exit(t._load_plug(t.TYPED_PLUG)[0] is None)' 2>/dev/null; }
-[ -n "$wheel" ] && install "$wheel"
+[ -n "$wheel" ] && install_wheel "$wheel"
 if "$PY" -c 'import torch' 2>/dev/null && { [ -z "$wheel" ] || ! typed_plug_loads; }; then
   # No carried wheel, or its libstalloc_torch.so is missing or built for another PyTorch:
   # build here (scikit-build-core, cmake and ninja are on the machine) against this PyTorch.
@@ -47,7 +47,7 @@ if "$PY" -c 'import torch' 2>/dev/null && { [ -z "$wheel" ] || ! typed_plug_load
   "$PY" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps --no-index \
     -C build-dir="$REPO/build/gpu-kit" -w "$OUT/wheel" "$REPO"
   wheel=$(ls "$OUT"/wheel/stalloc-*.whl | head -1)
-  install "$wheel"
+  install_wheel "$wheel"
 fi
 [ -n "$wheel" ] || { echo "run_all.sh: no stalloc wheel in $WHEELS and no torch to build one: run scripts/gpu/prepare.sh" >&2; exit 2; }
 echo "== stalloc from $(basename "$wheel")"
