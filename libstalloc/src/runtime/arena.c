@@ -742,31 +742,42 @@ static stalloc_status_t ref_granules(st_arena* a, uint64_t start, uint64_t size,
   return STALLOC_OK;
 }
 
-/* ref_granules between the backend's access_begin and access_end, so the granules a block maps
- * one by one get the device's access in one grant per run. If the grant fails, the granules
+/* ref_granules, with the granules a block maps one by one granted the device's access in one
+ * grant per run where the backend batches grants. If the grant or any map fails, the granules
  * this call mapped are unmapped and counted gone (an alias's memory stays at its old address
- * until that is unmapped, as it would have anyway) and the block is not counted. */
+ * until that is unmapped, as it would have anyway) and the block is not counted: a request
+ * that cannot be served leaves the pool as it found it, not grown towards the limit. One that
+ * the memory limit could never let in fails before anything is mapped. */
 static stalloc_status_t ref(st_arena* a, uint64_t start, uint64_t size, uint64_t stream) {
   size_t first = start / a->granule, last = (start + size - 1) / a->granule;
   if (!grow_tables(a, last + 1)) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   size_t g = first;
   while (g <= last && (a->mapped[g] & MAPPED)) g++;
-  if (g > last || !a->ops->access_begin || !a->ops->access_end) /* nothing to map, or no batching */
-    return ref_granules(a, start, size, stream);
+  if (g > last) return ref_granules(a, start, size, stream); /* nothing to map */
+  size_t unmapped = 0;
+  for (size_t h = g; h <= last; h++) unmapped += !(a->mapped[h] & MAPPED);
+  /* cached granules give their memory back before new ones are mapped: only the rest counts */
+  if (unmapped > a->cached_count && !st_budget_allows(a->budget, (unmapped - a->cached_count) * a->granule))
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: mapping %llu more bytes passes the memory limit of %llu (%llu reserved)",
+                   (unsigned long long)((unmapped - a->cached_count) * a->granule),
+                   (unsigned long long)a->budget->limit, (unsigned long long)a->budget->reserved);
   size_t n = last - first + 1;
   uint8_t stack_was[64];
   uint8_t* was = n <= sizeof stack_was ? stack_was : malloc(n);
   if (!was) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "arena: no host memory");
   for (g = first; g <= last; g++) was[g - first] = (a->mapped[g] & MAPPED) != 0;
-  a->ops->access_begin(a->backend);
+  bool batch = a->ops->access_begin && a->ops->access_end;
+  if (batch) a->ops->access_begin(a->backend);
   stalloc_status_t s = ref_granules(a, start, size, stream);
-  stalloc_status_t granted = a->ops->access_end(a->backend);
-  if (granted) {
-    if (!s) unref(a, start, size, 0, 0); /* ref_granules' own failure has done so already */
-    for (g = first; g <= last; g++) /* what it mapped was never accessible: no work uses it */
+  stalloc_status_t granted = batch ? a->ops->access_end(a->backend) : STALLOC_OK;
+  if (granted && !s) {
+    unref(a, start, size, 0, 0); /* ref_granules' own failure has done so already */
+    s = granted;
+  }
+  if (s) {
+    for (g = first; g <= last; g++) /* what it mapped no work uses */
       if (!was[g - first] && (a->mapped[g] & MAPPED)) unmap_granule(a, g, true);
     forget_unmapped(a); /* unref listed them: a later listing must not be a second entry */
-    if (!s) s = granted;
   }
   if (was != stack_was) free(was);
   return s;

@@ -601,6 +601,46 @@ static void case_arena_grants_runs(void) {
   check_all_returned();
 }
 
+/* A request the growable pool cannot serve leaves it as it found it: a full device's partial
+ * maps are given back (not kept as cached granules that other processes then lack), and one
+ * the memory limit could never let in fails before anything is mapped (the seventh GPU session
+ * saw 3 GB held after one refused 7.5 GB request). Then the pool serves as before. */
+static void case_arena_refusal_maps_nothing(void) {
+  use_default_mock();
+  mock_set_capacity(64 * MiB);
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_CUDA;
+  o.memory_limit = 48 * MiB;
+  stalloc_allocator_t* a = NULL;
+  CHECK_OK(stalloc_allocator_create(&o, &a));
+  void *held, *p = (void*)1;
+  CHECK_OK(stalloc_allocator_alloc(a, 4 * MiB, 0, 0, &held));
+  long long creates = mock_stat("mem_creates");
+  uint64_t reserved = stats_of(a).reserved_bytes;
+  CHECK_STATUS(stalloc_allocator_alloc(a, 100 * MiB, 0, 0, &p), STALLOC_ERR_OUT_OF_MEMORY);
+  CHECK(p == NULL && contains(stalloc_last_error(), "limit"));
+  CHECK(mock_stat("mem_creates") == creates); /* refused up front */
+  CHECK(stats_of(a).reserved_bytes == reserved && mock_stat("device_bytes") == (long long)reserved);
+  CHECK_OK(stalloc_allocator_destroy(a));
+
+  o.memory_limit = 0; /* the device itself is full halfway through the request */
+  CHECK_OK(stalloc_allocator_create(&o, &a));
+  CHECK_OK(stalloc_allocator_alloc(a, 4 * MiB, 0, 0, &held));
+  reserved = stats_of(a).reserved_bytes;
+  creates = mock_stat("mem_creates");
+  CHECK_STATUS(stalloc_allocator_alloc(a, 100 * MiB, 0, 0, &p), STALLOC_ERR_OUT_OF_MEMORY);
+  CHECK(mock_stat("mem_creates") > creates); /* it did map part of it */
+  CHECK(stats_of(a).reserved_bytes == reserved && mock_stat("device_bytes") == (long long)reserved);
+  CHECK_OK(stalloc_allocator_alloc(a, 56 * MiB, 0, 0, &p)); /* what is free on the device fits */
+  fill_check(p, 56 * MiB, 9, true);
+  fill_check(held, 4 * MiB, 8, true);
+  CHECK_OK(stalloc_allocator_free(a, p));
+  CHECK_OK(stalloc_allocator_free(a, held));
+  CHECK_OK(stalloc_allocator_destroy(a));
+  check_all_returned();
+}
+
 /* record_stream: a block also used on stream B is reused by nobody, not even its own stream A,
  * until B's work queued before the free is done. */
 static void case_record_stream(void) {
@@ -999,6 +1039,7 @@ int main(void) {
   CASE(case_arena_stream_order);
   CASE(case_arena_moves_granules);
   CASE(case_arena_grants_runs);
+  CASE(case_arena_refusal_maps_nothing);
   CASE(case_arena_trim_waits_once);
   CASE(case_online_counts_moves_as_churn);
   CASE(case_device_memory);
