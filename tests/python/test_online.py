@@ -147,7 +147,7 @@ KIND_RUNS = {
 }
 
 
-@pytest.mark.parametrize("name", ["llama_eval", "TTE", "TTTTE", "irregular", "now_and_then"])
+@pytest.mark.parametrize("name", ["TTE", "TTTTE", "irregular", "now_and_then"])
 def test_each_kind_of_step_gets_its_own_plan(name):
     # Training steps and evaluation passes interleaved: each kind is planned from its own
     # steps, the kind of the next step is predicted from the kinds seen so far, and a wrong
@@ -160,6 +160,19 @@ def test_each_kind_of_step_gets_its_own_plan(name):
     both = max(p["switched_step"] for p in used[:2])
     later = r["steps"][both + 1:-1]  # the last entry follows the closing marker: empty
     assert len(later) >= 6 and all(s["miss_bytes"] == 0 and s["hit_bytes"] > 0 for s in later)
+
+
+def test_an_eval_pass_the_training_plan_holds_gets_no_plan():
+    # The recorded llama_eval: its evaluation passes, served by the training plan, miss 544 of
+    # their 2.4 MB. A plan of their own would hold no less, and two plans served by turns move
+    # their idle granules between their regions at each switch (the eighth GPU session: 566
+    # moves an eval pass, 19% on the mean step). So one plan serves both kinds.
+    r = replay(KIND_RUNS["llama_eval"][0](), online=True)
+    used = [p for p in r["plans"] if p["switched_step"] != NEVER]
+    assert len(used) == 1, r["plans"]
+    later = r["steps"][used[0]["switched_step"]:-1]
+    assert len(later) >= 9 and all(s["hit_bytes"] > 0 and s["miss_bytes"] <= 0.02 * s["hit_bytes"] for s in later)
+    assert any(s["peak_allocated"] < later[0]["peak_allocated"] for s in later)  # eval passes among them
 
 
 @pytest.mark.parametrize("name", KIND_RUNS)
