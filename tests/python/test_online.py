@@ -175,6 +175,30 @@ def test_an_eval_pass_the_training_plan_holds_gets_no_plan():
     assert any(s["peak_allocated"] < later[0]["peak_allocated"] for s in later)  # eval passes among them
 
 
+def test_the_gpu_run_with_eval_passes_moves_no_granule_once_planned():
+    # The eighth GPU session's Llama with an eval pass every fifth step, recorded on the H200:
+    # there the eval passes got a plan of their own and each switch between the two plans moved
+    # 566 granules. Driven here as enable() drives it (one plan; the eval passes take its slots),
+    # no granule is mapped once the plan serves, and the waste stays under 16 MiB.
+    events = np.load(TRACES / "gpu" / "llama_eval_h200.npz")["events"]
+    a = stalloc.Allocator(backend="virtual")
+    a.online_start(wait_for_plan=1)
+    ptrs, maps_at = {}, []
+    for kind, ident, size in zip(events["kind"].tolist(), events["id"].tolist(), events["size"].tolist()):
+        if kind == STEP:
+            a.step(ident)
+            maps_at.append((a.online_info()["plans_switched"], a.stats().backend_allocs))
+        elif kind == ALLOC:
+            ptrs[ident] = a.alloc(size)
+        elif ident in ptrs:
+            a.free(ptrs.pop(ident))
+    s = a.stats()
+    a.close()
+    serving = [maps for switched, maps in maps_at if switched]
+    assert len(serving) >= 20 and serving[-1] == serving[1]  # after the switch's own step
+    assert maps_at[-1][0] == 1 and s.peak_reserved_bytes - s.peak_allocated_bytes < 16 << 20
+
+
 @pytest.mark.parametrize("name", KIND_RUNS)
 def test_kinds_share_no_byte(name):
     # The host backend fills every block and checks it at its free: no two live blocks share
