@@ -235,6 +235,16 @@ static uint64_t misses_of(stalloc_allocator_t* a) {
   return st.plan_misses;
 }
 
+/* Steps in the order given, 'T' a training step and 'E' an evaluation pass, each closed by a
+ * step marker; *n: the next marker's number. */
+static void run_steps(stalloc_allocator_t* a, const char* order, void (*eval)(stalloc_allocator_t*), uint64_t* n) {
+  for (const char* c = order; *c; c++) {
+    if (*c == 'T') step(a, 4);
+    else eval(a);
+    CHECK_OK(stalloc_allocator_step_begin(a, (*n)++));
+  }
+}
+
 /* Training steps and evaluation passes each get a plan; once both are in use, a regular order
  * and then an irregular one (told apart by each step's first requests) miss nothing. The
  * rolling recording, the choice of a kind's steps across others and the hand-over run under
@@ -245,21 +255,11 @@ static void test_each_kind_of_step_gets_a_plan(void) {
   CHECK_OK(stalloc_allocator_alloc(a, 1 << 20, 0, 0, &weights));
   uint64_t n = 0;
   CHECK_OK(stalloc_allocator_step_begin(a, n++));
-  const char* regular = "TTETTETTETTETTE";
-  for (const char* c = regular; *c; c++) {
-    if (*c == 'T') step(a, 4);
-    else eval_pass(a);
-    CHECK_OK(stalloc_allocator_step_begin(a, n++));
-  }
+  run_steps(a, "TTETTETTETTETTE", eval_pass, &n);
   stalloc_online_info_t info = info_of(a);
   CHECK(info.state == STALLOC_ONLINE_SERVING && info.step_kinds == 2 && info.plans_switched >= 2);
   uint64_t before = misses_of(a);
-  const char* irregular = "TTETETTTEETTTTE";
-  for (const char* c = irregular; *c; c++) {
-    if (*c == 'T') step(a, 4);
-    else eval_pass(a);
-    CHECK_OK(stalloc_allocator_step_begin(a, n++));
-  }
+  run_steps(a, "TTETETTTEETTTTE", eval_pass, &n);
   CHECK(misses_of(a) == before);
   CHECK(info_of(a).step_kinds == 2);
   CHECK_OK(stalloc_allocator_free(a, weights));
@@ -295,19 +295,11 @@ static void test_a_kind_the_plan_serves_gets_none(void) {
   uint64_t n = 0;
   CHECK_OK(stalloc_allocator_step_begin(a, n++));
   const char* run = "TTETTETTETTETTETTE";
-  for (const char* c = run; *c; c++) {
-    if (*c == 'T') step(a, 4);
-    else eval_in_training_slots(a);
-    CHECK_OK(stalloc_allocator_step_begin(a, n++));
-  }
+  run_steps(a, run, eval_in_training_slots, &n);
   stalloc_online_info_t info = info_of(a);
   CHECK(info.state == STALLOC_ONLINE_SERVING && info.step_kinds == 1 && info.plans_switched == 1);
   uint64_t misses = misses_of(a), maps = backend_allocs_of(a);
-  for (const char* c = run; *c; c++) {
-    if (*c == 'T') step(a, 4);
-    else eval_in_training_slots(a);
-    CHECK_OK(stalloc_allocator_step_begin(a, n++));
-  }
+  run_steps(a, run, eval_in_training_slots, &n);
   CHECK(misses_of(a) == misses && backend_allocs_of(a) == maps); /* nothing moves */
   CHECK(info_of(a).step_kinds == 1);
   CHECK_OK(stalloc_allocator_free(a, weights));
