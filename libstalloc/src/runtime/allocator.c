@@ -209,6 +209,19 @@ static void follow_outgrown_step(stalloc_allocator_t* a) {
   free(asked);
 }
 
+/* Tells the arena which layout the step under way follows, when the hints' layout changed (or
+ * stopped serving), so that the granules it moves at the peak are ones that layout leaves
+ * alone. Lock held. */
+static void tell_layout(stalloc_allocator_t* a) {
+  const uint64_t *offsets = NULL, *sizes = NULL;
+  size_t n = 0;
+  uint64_t version;
+  bool serving = st_hints_layout(a->hints, &offsets, &sizes, &n, &version);
+  if (version == a->want_version) return;
+  a->want_version = version;
+  st_arena_want(a->arena, offsets, sizes, serving ? n : 0);
+}
+
 /* Picks the pool: in plan mode the runtime decides (planned offset, reusable space, slab or
  * fallback); otherwise the fallback pool serves everything. Lock held. */
 static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, uint64_t stream, void** p,
@@ -241,6 +254,7 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
   if (__builtin_expect(a->hints != NULL, 0) && (!a->runtime || a->hints_follow)) { /* a step the growable pool serves */
     uint64_t at;
     position = st_hints_alloc(a->hints, size, &at);
+    tell_layout(a);
     if (at != UINT64_MAX) {
       hinted = st_arena_alloc_at(a->arena, at, size, stream, p, &ablock);
       st_hints_outcome(a->hints, hinted);
@@ -742,6 +756,10 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
     st_clear_error();
   }
   serve_kind(a, st_online_next_kind(a->online));
+  if (a->runtime && a->want_version) { /* a plan serves: no hints' layout is followed */
+    st_arena_want(a->arena, NULL, NULL, 0);
+    a->want_version = 0;
+  }
   /* Once the growable pool serves for good (its plans declined or dropped: shapes that vary, as
    * with MoE routing or dynamic padding, or a pool that needs less), each request weighs a few
    * free blocks for the one needing the fewest granules mapped (on the recorded GPU Mixtral run

@@ -90,6 +90,10 @@ struct st_arena {
   uint8_t* mapped;               /* MAPPED, and LISTED while in `cached` (set through set_flags) */
   size_t shared;                 /* granules flagged SHARED */
   size_t granules;              /* entries of refs / mapped */
+  uint32_t* want;               /* per granule: want_epoch where the layout the step under way
+                                   follows places a block (st_arena_want) */
+  uint32_t want_epoch;
+  bool wanting;                 /* such a layout is marked */
   uint32_t* cached;             /* granules mapped with no live block, a max-heap by index (stale
                                    entries: taken again since; each granule listed at most once) */
   size_t cached_count, cached_cap;
@@ -434,6 +438,10 @@ static bool grow_tables(st_arena* a, size_t granules) {
   uint64_t* gstamp = realloc(a->gstamp, n * sizeof *gstamp);
   if (!gstamp) return false;
   a->gstamp = gstamp;
+  uint32_t* want = realloc(a->want, n * sizeof *want);
+  if (!want) return false;
+  a->want = want;
+  memset(a->want + a->granules, 0, (n - a->granules) * sizeof *want);
   memset(a->refs + a->granules, 0, (n - a->granules) * sizeof *refs);
   memset(a->mapped + a->granules, 0, n - a->granules);
   memset(a->gstamp + a->granules, 0, (n - a->granules) * sizeof *gstamp);
@@ -587,12 +595,35 @@ static size_t pop_cached(st_arena* a) {
 /* Whether cached entry g is stale: unmapped or taken again since it was listed. */
 static bool stale_entry(const st_arena* a, size_t g) { return !(a->mapped[g] & MAPPED) || a->refs[g]; }
 
+/* The highest cached granule that the layout the step follows does not want and no queued work
+ * touches (at most 16 asked), or SIZE_MAX. A step that follows a layout (the layout hints) finds
+ * its granules where that layout put them the time before; a granule moved from under a later
+ * block of the same step is moved back when that block comes, from under another, and so on.
+ * After an evaluation pass, whose blocks went where the training steps have none, the training
+ * step moved 250 granules that way on the full-size llama_eval at 32x, where the 62 the pass
+ * took were enough (docs/online.md, "Moves that follow a layout"). */
+static size_t pop_unwanted(st_arena* a) {
+  size_t best = SIZE_MAX;
+  for (size_t i = 0, asked = 0; i < a->cached_count && asked < 16; i++) {
+    size_t g = a->cached[i];
+    if (a->want[g] == a->want_epoch || stale_entry(a, g) || (best != SIZE_MAX && g < a->cached[best])) continue;
+    asked++;
+    if (granule_unused(a, g)) best = i;
+  }
+  return best == SIZE_MAX ? SIZE_MAX : drop_cached(a, best);
+}
+
 /* A cached granule no queued work touches, or SIZE_MAX: stale entries at the top are dropped,
- * then the heap's first few entries asked, the highest of those whose work is done taken (the
- * top itself on a synchronous device). Stale entries further down stay until they reach the
- * top: dropping one there reshapes the heap under the scan. */
+ * then one the layout under way does not want is looked for; failing that, the heap's first few
+ * entries asked, the highest of those whose work is done taken (the top itself on a synchronous
+ * device). Stale entries further down stay until they reach the top: dropping one there
+ * reshapes the heap under the scan. */
 static size_t pop_unused(st_arena* a) {
   while (a->cached_count && stale_entry(a, a->cached[0])) drop_cached(a, 0);
+  if (a->wanting) {
+    size_t g = pop_unwanted(a);
+    if (g != SIZE_MAX) return g;
+  }
   size_t best = SIZE_MAX;
   for (size_t i = 0, asked = 0; i < a->cached_count && i < 64 && asked < 16; i++) {
     size_t g = a->cached[i];
@@ -896,6 +927,7 @@ void st_arena_destroy(st_arena* a) {
   free(a->mapped);
   free(a->gstream);
   free(a->gstamp);
+  free(a->want);
   free(a->cached);
   free(a);
 }
@@ -1273,6 +1305,23 @@ void st_arena_set_fit_candidates(st_arena* a, unsigned candidates) {
 void st_arena_set_top_on_boundary(st_arena* a, bool on) { a->top_on_boundary = on; }
 
 void st_arena_set_at_ends(st_arena* a, bool on) { a->at_ends = on; }
+
+void st_arena_want(st_arena* a, const uint64_t* offsets, const uint64_t* sizes, size_t n) {
+  if (++a->want_epoch == 0) { /* wrapped: no mark of an old epoch may read as current */
+    memset(a->want, 0, a->granules * sizeof *a->want);
+    a->want_epoch = 1;
+  }
+  a->wanting = n > 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!sizes[i] || offsets[i] >= a->capacity || sizes[i] > a->capacity - offsets[i]) continue;
+    size_t first = offsets[i] / a->granule, last = (offsets[i] + sizes[i] - 1) / a->granule;
+    if (!grow_tables(a, last + 1)) { /* no host memory: moves go as without a layout */
+      a->wanting = false;
+      return;
+    }
+    for (size_t g = first; g <= last; g++) a->want[g] = a->want_epoch;
+  }
+}
 
 uint64_t st_arena_trim(st_arena* a) {
   uint64_t bytes = 0;

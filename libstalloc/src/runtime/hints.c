@@ -295,6 +295,17 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   return position;
 }
 
+bool st_hints_layout(const st_hints* h, const uint64_t** offsets, const uint64_t** sizes, size_t* n,
+                     uint64_t* version) {
+  int i = h->active >= 0 && !h->resting && !stopped(h) ? h->active : -1;
+  *version = i < 0 ? 0 : h->sets[i].made * SETS + (uint64_t)i + 1; /* a set is made once a step */
+  if (i < 0) return false;
+  *offsets = h->sets[i].offset;
+  *sizes = h->sets[i].size;
+  *n = h->sets[i].count;
+  return true;
+}
+
 void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset) {
   if (h->pending && position < h->pending_key) h->pending->items[position].fixed_offset = offset;
 }

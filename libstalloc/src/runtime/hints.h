@@ -22,6 +22,10 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset);
 /* Where the request at `position` went (an offset in the pool): the requests a step makes before
  * its shape is known stay where they are in the layout made once it is. */
 void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset);
+/* The layout the step under way follows, if its hints still serve it: each position's offset
+ * and size (n positions); *version changes whenever that layout does (0: none). */
+bool st_hints_layout(const st_hints* h, const uint64_t** offsets, const uint64_t** sizes, size_t* n,
+                     uint64_t* version);
 /* Whether the hinted place was free (false: it went where best fit put it). Hints that miss
  * too often stop for the rest of the step: the step is not like the one they came from. */
 void st_hints_outcome(st_hints* h, bool taken);

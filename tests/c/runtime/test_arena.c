@@ -4,7 +4,8 @@
  * (and left for the rest of a step whose input outgrew it),
  * slab chunks in it, the list of cached granules staying bounded over a long run, blocks of
  * whole granules on granule boundaries (in a hole; growing the top, when asked), a block at the
- * mapped end of its free block (at_ends), and, with the
+ * mapped end of its free block (at_ends), a granule the layout under way wants kept from a move
+ * (st_arena_want), and, with the
  * free blocks indexed by address (the layout hints'), small requests in the lowest free block
  * that fits (checked against a scan of the free blocks over a long random run). */
 #include "check.h"
@@ -497,6 +498,36 @@ static void test_the_highest_idle_granule_moves_first(void) {
   teardown(&f);
 }
 
+/* With the layout the step follows marked (st_arena_want), an idle granule it does not want
+ * moves before a higher one it does: as above, but granule 3 wanted, so granule 0 moves to 6
+ * and granule 3 is still mapped when the layout's block comes for it. */
+static void test_a_granule_the_layout_wants_stays(void) {
+  fixture f;
+  setup(&f);
+  st_arena_index_addresses(f.arena);
+  void* p[6];
+  st_arena_block* b[6];
+  for (int i = 0; i < 6; i++) CHECK_OK(st_arena_alloc(f.arena, G, 0, &p[i], &b[i]));
+  st_arena_free(f.arena, b[0], 0);
+  st_arena_free(f.arena, b[3], 0);
+  st_arena_free(f.arena, b[5], 0);
+  const uint64_t at[] = {3 * G}, size[] = {G};
+  st_arena_want(f.arena, at, size, 1);
+  uint64_t maps = f.budget.backend_allocs;
+  void *pw, *pv;
+  st_arena_block *w, *v;
+  CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pw, &w)); /* granules 5, 6 */
+  CHECK(pw == p[5] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
+  CHECK(st_arena_alloc_at(f.arena, 3 * G, G, 0, &pv, &v)); /* granule 3: still mapped */
+  CHECK(pv == p[3] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
+  st_arena_want(f.arena, NULL, NULL, 0);
+  st_arena_free(f.arena, v, 0);
+  st_arena_free(f.arena, w, 0);
+  for (int i = 1; i < 5; i++)
+    if (i != 3) st_arena_free(f.arena, b[i], 0);
+  teardown(&f);
+}
+
 /* At the peak a cached granule no queued work touches is found behind busy ones and behind an
  * entry taken again since it was listed (dropping such an entry mid-scan reshaped the heap and
  * hid the one it moved), so the peak does not grow. */
@@ -691,6 +722,7 @@ int main(void) {
   RUN(test_at_ends_a_block_takes_the_mapped_end);
   RUN(test_below_the_peak_cached_granules_stay);
   RUN(test_the_highest_idle_granule_moves_first);
+  RUN(test_a_granule_the_layout_wants_stays);
   RUN(test_a_stale_entry_hides_no_cached_granule);
   RUN(test_a_limit_under_the_peak_moves_an_unused_granule);
   RUN(test_small_requests_go_low);
