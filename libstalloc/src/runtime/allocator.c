@@ -163,6 +163,25 @@ static void online_event(stalloc_allocator_t* a, uint8_t kind, uint64_t id, uint
   st_online_event(a->online, &e);
 }
 
+/* Tells the arena the layout the step follows when a plan serves it: the plan's pool, whose
+ * granules its blocks come back to. Two plans served by turns (a training step, an evaluation
+ * pass of another shape) then move granules from the other's pool and not from under their
+ * own later blocks: the Llama GPU run with two plans moved 169 granules into the eval pass's
+ * pool and 397 back, now 169 and 169. With no plan serving, none (the hints tell theirs).
+ * Lock held. */
+static void tell_plan_layout(stalloc_allocator_t* a) {
+  if (!a->arena) return;
+  const void* base;
+  uint64_t size;
+  if (a->runtime && st_runtime_span(a->runtime, &base, &size)) {
+    uint64_t offset = st_arena_offset(a->arena, base);
+    st_arena_want(a->arena, &offset, &size, 1);
+  } else {
+    st_arena_want(a->arena, NULL, NULL, 0);
+  }
+  a->want_version = 0; /* the hints' layout, if they serve, is told again */
+}
+
 /* The step's first requests, while several kinds have plans: when the plan serving it does not
  * begin with these sizes and another kind's does, the step is of that kind (the guess from the
  * kinds before was wrong), and that plan takes it over from here. Lock held. */
@@ -175,6 +194,7 @@ static void recognise_kind(stalloc_allocator_t* a, uint64_t size) {
     if (!rt || rt == a->runtime || !st_runtime_step_begins(rt, a->probe, a->probe_count)) continue;
     st_runtime_pause(a->runtime);
     a->runtime = rt;
+    tell_plan_layout(a);
     st_runtime_join_step(rt, a->probe_count - 1);
     if (a->hints_follow) { /* recorded since it outgrew one plan: this one's hits go unseen */
       st_hints_spoil(a->hints);
@@ -248,7 +268,12 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
   }
   stalloc_status_t s = STALLOC_OK;
   st_arena_block* ablock;
-  /* The plan's pool is a region of the arena, so a miss shares its granules. */
+  /* The plan's pool is a region of the arena, so a miss shares its granules: the region lets go
+   * of those its live blocks do not touch before the miss is placed, so that at the peak the
+   * miss moves one of them rather than map new memory. (Told after the placement, the first
+   * miss of a step the plan does not hold, an evaluation pass of another shape, mapped all of
+   * its granules on top of the region's.) */
+  if (a->runtime && a->arena) st_runtime_missed_into_arena(a->runtime);
   bool hinted = false;
   uint32_t position = UINT32_MAX;
   if (__builtin_expect(a->hints != NULL, 0) && (!a->runtime || a->hints_follow)) { /* a step the growable pool serves */
@@ -268,7 +293,6 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
     }
     *handle = ablock;
     *origin = ORIGIN_ARENA;
-    if (a->runtime) st_runtime_missed_into_arena(a->runtime);
   } else { /* a request past the arena's range, or no arena: cached segments */
     st_block* block;
     s = st_fallback_alloc(a->fallback, size, stream, p, &block);
@@ -674,6 +698,7 @@ static void serve_kind(stalloc_allocator_t* a, int k) {
   st_runtime* next = k >= 0 ? a->kinds[k] : NULL;
   if (a->runtime && a->runtime != next) st_runtime_pause(a->runtime);
   a->runtime = next;
+  tell_plan_layout(a);
 }
 
 /* A growable pool that mapped at least CHURN_GRANULES granules in a step (moves included: about
@@ -756,10 +781,6 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
     st_clear_error();
   }
   serve_kind(a, st_online_next_kind(a->online));
-  if (a->runtime && a->want_version) { /* a plan serves: no hints' layout is followed */
-    st_arena_want(a->arena, NULL, NULL, 0);
-    a->want_version = 0;
-  }
   /* Once the growable pool serves for good (its plans declined or dropped: shapes that vary, as
    * with MoE routing or dynamic padding, or a pool that needs less), each request weighs a few
    * free blocks for the one needing the fewest granules mapped (on the recorded GPU Mixtral run
@@ -883,7 +904,10 @@ stalloc_status_t stalloc_allocator_load_plan(stalloc_allocator_t* a, const struc
     s = st_fail(STALLOC_ERR_INVALID_ARGUMENT, "load_plan: this allocator already %s",
                 a->runtime ? "serves a plan" : "runs the online lifecycle, which loads its own plans");
   else /* blocks already live stay in the fallback pool; positions count from the run's first alloc */
-    if (!(s = install_plan(a, 0, plan, a->allocs_seen, plan->sizes_tolerated != 0))) a->runtime = a->kinds[0];
+    if (!(s = install_plan(a, 0, plan, a->allocs_seen, plan->sizes_tolerated != 0))) {
+      a->runtime = a->kinds[0];
+      tell_plan_layout(a);
+    }
   UNLOCK(a);
   return s;
 }

@@ -881,6 +881,13 @@ void st_runtime_retire(st_runtime* rt) {
   rt->retired = true;
 }
 
+bool st_runtime_span(const st_runtime* rt, const void** base, uint64_t* size) {
+  if (!rt->region) return false;
+  *base = rt->base;
+  *size = rt->pool_size;
+  return true;
+}
+
 void st_runtime_pause(st_runtime* rt) {
   count_granules(rt);
   rt->arena_misses = 0;

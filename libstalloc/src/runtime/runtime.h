@@ -42,9 +42,10 @@ stalloc_status_t st_runtime_alloc(st_runtime* rt, uint64_t size, uint64_t stream
                                   void** ptr, st_range_node** node);
 /* Frees a block st_runtime_alloc placed; stream is where its last use was queued. */
 void st_runtime_free(st_runtime* rt, st_range_node* node, uint64_t stream);
-/* A request the plan did not place went to the growable pool: until a step passes without
- * one, each block of a pool in the arena keeps only the granules it touches, so the pool's idle
- * granules can serve the misses (see runtime.c, "held" and "counted"). */
+/* A request the plan did not place goes to the growable pool (told before it is placed): until
+ * a step passes without one, each block of a pool in the arena keeps only the granules it
+ * touches, so the pool's idle granules can serve the misses (see runtime.c, "held" and
+ * "counted"). */
 void st_runtime_missed_into_arena(st_runtime* rt);
 /* The step under way outgrew the plan (runtime.c's OUTGROWN): the growable pool serves its rest. */
 bool st_runtime_outgrown(const st_runtime* rt);
@@ -55,6 +56,8 @@ void st_runtime_retire(st_runtime* rt);
  * touches, so the idle ones serve the other plan, until a step of its own passes with no miss
  * into the growable pool. */
 void st_runtime_pause(st_runtime* rt);
+/* The plan's pool where it is a region of an arena: its first byte and size; false otherwise. */
+bool st_runtime_span(const st_runtime* rt, const void** base, uint64_t* size);
 /* A step marker: with a plan made from step markers, the next alloc starts an iteration; a
  * pool in the arena whose step had no miss into the growable pool holds its granules again. */
 void st_runtime_step(st_runtime* rt);
