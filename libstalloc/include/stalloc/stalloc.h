@@ -513,7 +513,8 @@ typedef struct stalloc_online_params {
   uint32_t replan_steps;      /* steps recorded for a re-plan; default 2 */
   double time_limit;          /* seconds of improving search per plan; default 1 */
   double replan_miss_share;   /* a step whose bytes that missed the plan pass this share of
-                                 its allocated bytes is drifting; default 0.02 */
+                                 its allocated bytes is drifting, and a kind of step another
+                                 kind's plan serves within it gets no plan; default 0.02 */
   uint32_t replan_after;      /* drifting steps in a row that start a re-plan; default 1 */
   int32_t wait_for_plan;      /* 1: the first step boundary after planning started waits for
                                  it (deterministic, for replay); 0 (default): the switch comes
