@@ -595,6 +595,8 @@ static size_t pop_cached(st_arena* a) {
 /* Whether cached entry g is stale: unmapped or taken again since it was listed. */
 static bool stale_entry(const st_arena* a, size_t g) { return !(a->mapped[g] & MAPPED) || a->refs[g]; }
 
+#define UNWANTED_SCAN 1024
+
 /* The highest cached granule that the layout the step follows does not want and no queued work
  * touches (at most 16 asked), or SIZE_MAX. A step that follows a layout (the layout hints) finds
  * its granules where that layout put them the time before; a granule moved from under a later
@@ -604,7 +606,10 @@ static bool stale_entry(const st_arena* a, size_t g) { return !(a->mapped[g] & M
  * took were enough (docs/online.md, "Moves that follow a layout"). */
 static size_t pop_unwanted(st_arena* a) {
   size_t best = SIZE_MAX;
-  for (size_t i = 0, asked = 0; i < a->cached_count && asked < 16; i++) {
+  /* the heap's first UNWANTED_SCAN entries (its top levels, the highest granules): a move is
+   * tens of us of driver calls, a look at every idle granule of an 80 GB pool is more */
+  size_t scan = ST_MIN(a->cached_count, (size_t)UNWANTED_SCAN);
+  for (size_t i = 0, asked = 0; i < scan && asked < 16; i++) {
     size_t g = a->cached[i];
     if (a->want[g] == a->want_epoch || stale_entry(a, g) || (best != SIZE_MAX && g < a->cached[best])) continue;
     asked++;
