@@ -471,37 +471,10 @@ static void test_below_the_peak_cached_granules_stay(void) {
   teardown(&f);
 }
 
-/* At the peak the highest idle granule is the one moved: best fit comes back last to the top of
- * the range. Granules 0 and 3 idle (0 freed first), a block growing the top over idle granule 5
- * needs granule 6: granule 3 moves there, and granule 0 stays mapped for the next block. */
-static void test_the_highest_idle_granule_moves_first(void) {
-  fixture f;
-  setup(&f);
-  st_arena_index_addresses(f.arena);
-  void* p[6];
-  st_arena_block* b[6];
-  for (int i = 0; i < 6; i++) CHECK_OK(st_arena_alloc(f.arena, G, 0, &p[i], &b[i]));
-  st_arena_free(f.arena, b[0], 0);
-  st_arena_free(f.arena, b[3], 0);
-  st_arena_free(f.arena, b[5], 0);
-  uint64_t maps = f.budget.backend_allocs;
-  void *pw, *pv;
-  st_arena_block *w, *v;
-  CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pw, &w)); /* granules 5, 6 */
-  CHECK(pw == p[5] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
-  CHECK(st_arena_alloc_at(f.arena, 0, G, 0, &pv, &v)); /* granule 0: still mapped */
-  CHECK(pv == p[0] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
-  st_arena_free(f.arena, v, 0);
-  st_arena_free(f.arena, w, 0);
-  for (int i = 1; i < 5; i++)
-    if (i != 3) st_arena_free(f.arena, b[i], 0);
-  teardown(&f);
-}
-
-/* With the layout the step follows marked (st_arena_want), an idle granule it does not want
- * moves before a higher one it does: as above, but granule 3 wanted, so granule 0 moves to 6
- * and granule 3 is still mapped when the layout's block comes for it. */
-static void test_a_granule_the_layout_wants_stays(void) {
+/* Granules 0 and 3 idle (0 freed first), then a block growing the top over idle granule 5 needs
+ * granule 6 at the peak: one idle granule moves there, and the other, `kept`, is still mapped
+ * when a block comes for it. With `wanted`, granule 3 is marked as the layout's (st_arena_want). */
+static void one_granule_moves(bool wanted, size_t kept) {
   fixture f;
   setup(&f);
   st_arena_index_addresses(f.arena);
@@ -512,14 +485,14 @@ static void test_a_granule_the_layout_wants_stays(void) {
   st_arena_free(f.arena, b[3], 0);
   st_arena_free(f.arena, b[5], 0);
   const uint64_t at[] = {3 * G}, size[] = {G};
-  st_arena_want(f.arena, at, size, 1);
+  if (wanted) st_arena_want(f.arena, at, size, 1);
   uint64_t maps = f.budget.backend_allocs;
   void *pw, *pv;
   st_arena_block *w, *v;
   CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pw, &w)); /* granules 5, 6 */
   CHECK(pw == p[5] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
-  CHECK(st_arena_alloc_at(f.arena, 3 * G, G, 0, &pv, &v)); /* granule 3: still mapped */
-  CHECK(pv == p[3] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
+  CHECK(st_arena_alloc_at(f.arena, kept * G, G, 0, &pv, &v)); /* still mapped */
+  CHECK(pv == p[kept] && f.budget.backend_allocs - maps == 1 && f.budget.reserved == 6 * G);
   st_arena_want(f.arena, NULL, NULL, 0);
   st_arena_free(f.arena, v, 0);
   st_arena_free(f.arena, w, 0);
@@ -527,6 +500,15 @@ static void test_a_granule_the_layout_wants_stays(void) {
     if (i != 3) st_arena_free(f.arena, b[i], 0);
   teardown(&f);
 }
+
+/* At the peak the highest idle granule is the one moved: best fit comes back last to the top of
+ * the range. Granule 3 moves to 6, and granule 0 stays mapped for the next block. */
+static void test_the_highest_idle_granule_moves_first(void) { one_granule_moves(false, 0); }
+
+/* With the layout the step follows marked, an idle granule it does not want moves before a
+ * higher one it does: granule 0 moves to 6, and granule 3 is still mapped when the layout's
+ * block comes for it. */
+static void test_a_granule_the_layout_wants_stays(void) { one_granule_moves(true, 3); }
 
 /* At the peak a cached granule no queued work touches is found behind busy ones and behind an
  * entry taken again since it was listed (dropping such an entry mid-scan reshaped the heap and
