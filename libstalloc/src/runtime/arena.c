@@ -94,6 +94,8 @@ struct st_arena {
                                    follows places a block (st_arena_want) */
   uint32_t want_epoch;
   bool wanting;                 /* such a layout is marked */
+  bool want_exhausted;          /* a look found no cached granule it leaves alone, and none has
+                                   been listed since: moves take the highest, as without one */
   uint32_t* cached;             /* granules mapped with no live block, a max-heap by index (stale
                                    entries: taken again since; each granule listed at most once) */
   size_t cached_count, cached_cap;
@@ -595,27 +597,28 @@ static size_t pop_cached(st_arena* a) {
 /* Whether cached entry g is stale: unmapped or taken again since it was listed. */
 static bool stale_entry(const st_arena* a, size_t g) { return !(a->mapped[g] & MAPPED) || a->refs[g]; }
 
-#define UNWANTED_SCAN 1024
+#define UNWANTED_SCAN 8192
 
-/* The highest cached granule that the layout the step follows does not want and no queued work
- * touches (at most 16 asked), or SIZE_MAX. A step that follows a layout (the layout hints) finds
+/* A cached granule that the layout the step follows does not want and no queued work touches,
+ * the first in heap order (so among the highest; at most 16 asked), or SIZE_MAX. A step that follows a layout (the layout hints) finds
  * its granules where that layout put them the time before; a granule moved from under a later
  * block of the same step is moved back when that block comes, from under another, and so on.
  * After an evaluation pass, whose blocks went where the training steps have none, the training
  * step moved 250 granules that way on the full-size llama_eval at 32x, where the 62 the pass
  * took were enough (docs/online.md, "Moves that follow a layout"). */
 static size_t pop_unwanted(st_arena* a) {
-  size_t best = SIZE_MAX;
-  /* the heap's first UNWANTED_SCAN entries (its top levels, the highest granules): a move is
-   * tens of us of driver calls, a look at every idle granule of an 80 GB pool is more */
-  size_t scan = ST_MIN(a->cached_count, (size_t)UNWANTED_SCAN);
-  for (size_t i = 0, asked = 0; i < scan && asked < 16; i++) {
+  /* the heap's first UNWANTED_SCAN entries (a 16 GB pool's every idle granule): a move is tens
+   * of us of driver calls, a look at each idle granule of an 80 GB pool would add as much; and a
+   * look that found none is not made again until an idle granule the layout leaves comes */
+  size_t scan = ST_MIN(a->cached_count, (size_t)UNWANTED_SCAN), asked = 0;
+  for (size_t i = 0; i < scan && asked < 16; i++) {
     size_t g = a->cached[i];
-    if (a->want[g] == a->want_epoch || stale_entry(a, g) || (best != SIZE_MAX && g < a->cached[best])) continue;
+    if (a->want[g] == a->want_epoch || stale_entry(a, g)) continue;
     asked++;
-    if (granule_unused(a, g)) best = i;
+    if (granule_unused(a, g)) return drop_cached(a, i);
   }
-  return best == SIZE_MAX ? SIZE_MAX : drop_cached(a, best);
+  if (!asked) a->want_exhausted = true;
+  return SIZE_MAX;
 }
 
 /* A cached granule no queued work touches, or SIZE_MAX: stale entries at the top are dropped,
@@ -625,7 +628,7 @@ static size_t pop_unwanted(st_arena* a) {
  * reshapes the heap under the scan. */
 static size_t pop_unused(st_arena* a) {
   while (a->cached_count && stale_entry(a, a->cached[0])) drop_cached(a, 0);
-  if (a->wanting) {
+  if (a->wanting && !a->want_exhausted) {
     size_t g = pop_unwanted(a);
     if (g != SIZE_MAX) return g;
   }
@@ -682,6 +685,7 @@ static void list_cached(st_arena* a, size_t g) {
   a->cached[a->cached_count++] = (uint32_t)g;
   cached_sift_up(a, a->cached_count - 1);
   set_flags(a, g, a->mapped[g] | LISTED);
+  if (a->want[g] != a->want_epoch) a->want_exhausted = false; /* pop_unwanted may take it */
 }
 
 /* Uncounts a range: a block freed on `stream` at `stamp` (0: no queued work uses it). */
@@ -1317,6 +1321,7 @@ void st_arena_want(st_arena* a, const uint64_t* offsets, const uint64_t* sizes, 
     a->want_epoch = 1;
   }
   a->wanting = n > 0;
+  a->want_exhausted = false;
   for (size_t i = 0; i < n; i++) {
     if (!sizes[i] || offsets[i] >= a->capacity || sizes[i] > a->capacity - offsets[i]) continue;
     size_t first = offsets[i] / a->granule, last = (offsets[i] + sizes[i] - 1) / a->granule;
