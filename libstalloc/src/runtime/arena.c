@@ -600,9 +600,10 @@ static bool stale_entry(const st_arena* a, size_t g) { return !(a->mapped[g] & M
 #define UNWANTED_SCAN 8192
 
 /* A cached granule that the layout the step follows does not want and no queued work touches,
- * the first in heap order (so among the highest; at most 16 asked), or SIZE_MAX. A step that follows a layout (the layout hints) finds
- * its granules where that layout put them the time before; a granule moved from under a later
- * block of the same step is moved back when that block comes, from under another, and so on.
+ * the first in heap order (so among the highest; at most 16 asked), or SIZE_MAX. A step that
+ * follows a layout (the layout hints, or a plan's pool) finds its granules where that layout
+ * put them the time before; a granule moved from under a later block of the same step is moved
+ * back when that block comes, from under another, and so on.
  * After an evaluation pass, whose blocks went where the training steps have none, the training
  * step moved 250 granules that way on the full-size llama_eval at 32x, where the 62 the pass
  * took were enough (docs/online.md, "Moves that follow a layout"). */
@@ -1317,7 +1318,7 @@ void st_arena_set_at_ends(st_arena* a, bool on) { a->at_ends = on; }
 
 void st_arena_want(st_arena* a, const uint64_t* offsets, const uint64_t* sizes, size_t n) {
   if (++a->want_epoch == 0) { /* wrapped: no mark of an old epoch may read as current */
-    memset(a->want, 0, a->granules * sizeof *a->want);
+    if (a->want) memset(a->want, 0, a->granules * sizeof *a->want);
     a->want_epoch = 1;
   }
   a->wanting = n > 0;
