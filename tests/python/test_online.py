@@ -188,35 +188,46 @@ def test_an_eval_pass_that_misses_the_plan_maps_no_memory_on_top():
     assert r["peak_reserved"] - r["peak_allocated"] < 8 << 20
 
 
-def drive_gpu_eval_run(**params):
+def online_at_markers(t: Trace, **params) -> list[tuple[stalloc.Stats, int]]:
+    """Replays t online as a replay does (each boundary after planning began waits for the
+    plan), step by step: at each step marker, the allocator's stats before it and the plans
+    switched to once it is passed; last, the same at the end of the run."""
+    a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 40)
+    out, ptr = [], {}
+    try:
+        a.online_start(wait_for_plan=1, **params)
+        for e in np.asarray(t.events):
+            kind, i = int(e["kind"]), int(e["id"])
+            if kind == STEP:
+                before = a.stats()
+                a.step(i)
+                out.append((before, a.online_info()["plans_switched"]))
+            elif kind == ALLOC:
+                ptr[i] = a.alloc(int(e["size"]))
+            elif kind == FREE:
+                a.free(ptr.pop(i))
+        out.append((a.stats(), a.online_info()["plans_switched"]))
+    finally:
+        a.close()
+    return out
+
+
+def gpu_eval_run(**params) -> list[tuple[stalloc.Stats, int]]:
     """The eighth GPU session's Llama run (an eval pass after every fifth training step,
-    recorded on the H200) driven through the lifecycle as enable() drives it. Gives, at each step
-    marker, (plans switched to so far, granules mapped so far), and the allocator's stats."""
-    events = np.load(TRACES / "gpu" / "llama_eval_h200.npz")["events"]
-    a = stalloc.Allocator(backend="virtual")
-    a.online_start(wait_for_plan=1, **params)
-    ptrs, at_markers = {}, []
-    for kind, ident, size in zip(events["kind"].tolist(), events["id"].tolist(), events["size"].tolist()):
-        if kind == STEP:
-            a.step(ident)
-            at_markers.append((a.online_info()["plans_switched"], a.stats().backend_allocs))
-        elif kind == ALLOC:
-            ptrs[ident] = a.alloc(size)
-        elif ident in ptrs:
-            a.free(ptrs.pop(ident))
-    s = a.stats()
-    a.close()
-    return at_markers, s
+    recorded on the H200) driven through the lifecycle as enable() drives it
+    (online_at_markers)."""
+    return online_at_markers(stalloc.load_trace(TRACES / "gpu" / "llama_eval_h200.npz"), **params)
 
 
 def test_the_gpu_run_with_eval_passes_moves_no_granule_once_planned():
     # On the H200 the eval passes got a plan of their own and each switch between the two plans
     # moved 566 granules. As enable() drives it now, one plan serves (the eval passes take its
     # slots), no granule is mapped once it does, and the waste stays under 16 MiB.
-    at_markers, s = drive_gpu_eval_run()
-    serving = [maps for switched, maps in at_markers if switched]
+    at_markers = gpu_eval_run()
+    serving = [st.backend_allocs for st, switched in at_markers if switched]
     assert len(serving) >= 20 and serving[-1] == serving[1]  # after the switch's own step
-    assert at_markers[-1][0] == 1 and s.peak_reserved_bytes - s.peak_allocated_bytes < 16 << 20
+    end, switched = at_markers[-1]
+    assert switched == 1 and end.peak_reserved_bytes - end.peak_allocated_bytes < 16 << 20
 
 
 def test_two_plans_by_turns_move_no_granule_from_under_their_own_blocks():
@@ -225,9 +236,10 @@ def test_two_plans_by_turns_move_no_granule_from_under_their_own_blocks():
     # granules in; the training step after it takes them back, not granules from under its own
     # later blocks (397 moves there before the serving plan's pool was told to the arena, where
     # the pass moved 169).
-    at_markers, _ = drive_gpu_eval_run(replan_miss_share=0.0)
-    maps = [b - a for (_, a), (_, b) in zip(at_markers, at_markers[1:])]  # maps[i]: step i + 1
-    both = next(i for i, (switched, _) in enumerate(at_markers) if switched == 2)
+    at_markers = gpu_eval_run(replan_miss_share=0.0)
+    maps = [b.backend_allocs - a.backend_allocs  # maps[i]: the step marker i opens
+            for (a, _), (b, _) in zip(at_markers, at_markers[1:])]
+    both = next(i for i, (_, switched) in enumerate(at_markers) if switched == 2)
     later = maps[both + 1:]
     assert any(later)  # the switches between the pools do move granules
     for i, m in enumerate(later[:-1]):
@@ -652,22 +664,7 @@ def bench_online():
 
 def per_step_counts(t: Trace) -> list[tuple[int, int, int]]:
     """Online, step by step: each step's allocs, plan misses and requests placed by hints."""
-    a = stalloc.Allocator(backend="virtual", virtual_capacity=1 << 40)
-    steps, ptr = [], {}
-    try:
-        a.online_start(wait_for_plan=1)
-        for e in np.asarray(t.events):
-            kind, i = int(e["kind"]), int(e["id"])
-            if kind == STEP:
-                steps.append(a.stats())
-                a.step(i)
-            elif kind == ALLOC:
-                ptr[i] = a.alloc(int(e["size"]))
-            elif kind == FREE:
-                a.free(ptr.pop(i))
-        steps.append(a.stats())
-    finally:
-        a.close()
+    steps = [st for st, _ in online_at_markers(t)]
     return [(s1.alloc_count - s0.alloc_count, s1.plan_misses - s0.plan_misses,
              s1.hinted_allocs - s0.hinted_allocs) for s0, s1 in zip(steps, steps[1:])]
 
