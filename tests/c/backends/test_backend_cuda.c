@@ -603,7 +603,7 @@ static void case_arena_grants_runs(void) {
 
 /* A request the growable pool cannot serve leaves it as it found it: a full device's partial
  * maps are given back (not kept as cached granules that other processes then lack), and one
- * the memory limit could never let in fails before anything is mapped (the seventh GPU session
+ * the memory limit could never let in fails before anything is mapped (the eighth GPU session
  * saw 3 GB held after one refused 7.5 GB request). Then the pool serves as before. */
 static void case_arena_refusal_maps_nothing(void) {
   use_default_mock();
