@@ -112,15 +112,15 @@ def enable(record_steps: int = 3, plan_path=None, memory_limit: int | None = Non
         raise RuntimeError(f"stalloc: {reason}")
     if _allocators:
         raise RuntimeError("stalloc: torch_backend.enable() was already called")
-    path, malloc_name = plug_library()  # before anything changes: it may refuse
+    plug = _plug()  # before anything changes: it may refuse; loaded once, here
     devices = list(range(torch.cuda.device_count())) if devices is None else list(devices)
     for d in devices:
         a = Allocator(backend=backend, device=d, memory_limit=memory_limit)
         _allocators[d] = a
         lib.stalloc_torch_register(d, a._h())
     atexit.register(_at_exit)
-    pluggable = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_name, "stalloc_torch_free")
-    register_hooks(pluggable.allocator())
+    pluggable = torch.cuda.memory.CUDAPluggableAllocator(plug._name, PLUG_MALLOC, "stalloc_torch_free")
+    register_hooks(pluggable.allocator(), plug)
     torch.cuda.memory.change_current_allocator(pluggable)
     refuse_capture()
     route_memory_fraction()
@@ -315,6 +315,7 @@ def disable() -> None:
 # throws where libstalloc's returns NULL, which PyTorch would take as a tensor at address 0.
 TYPED_PLUG = "libstalloc_torch.so"  # c10::OutOfMemoryError: torch.cuda.OutOfMemoryError
 GENERIC_PLUG = "libstalloc_torch_generic.so"  # std::runtime_error: RuntimeError, any PyTorch
+PLUG_MALLOC = "stalloc_torch_shim_malloc"  # exported by both
 _warned_typed = False
 
 
@@ -336,10 +337,11 @@ def _load_plug(name: str):
         return None, str(e)
 
 
-def _plug():
+def _plug(stacklevel: int = 3):
     """The plug library whose malloc CUDAPluggableAllocator calls: libstalloc_torch where it
     loads, else libstalloc_torch_generic. Warns once when libstalloc_torch was built but does not
-    load (built against another PyTorch); raises RuntimeError when neither loads."""
+    load (built against another PyTorch), at `stacklevel` (the default: the caller of a public
+    function that called this one); raises RuntimeError when neither loads."""
     global _warned_typed
     typed, why_typed = _load_plug(TYPED_PLUG)
     if typed is not None:
@@ -351,7 +353,7 @@ def _plug():
                       "torch.cuda.OutOfMemoryError (torch_backend.oom_guard() turns it into one). "
                       "Rebuilding stalloc against this PyTorch restores it: pip install "
                       "--no-build-isolation --no-binary stalloc stalloc", RuntimeWarning,
-                      stacklevel=4)  # _plug, plug_library, enable: the caller of enable()
+                      stacklevel=stacklevel)
     generic, why_generic = _load_plug(GENERIC_PLUG)
     if generic is not None:
         return generic
@@ -365,16 +367,17 @@ def plug_library() -> tuple[str, str]:
     """The library and malloc that CUDAPluggableAllocator loads (:func:`_plug`). Its malloc
     throws where stalloc has no block; both libraries export stalloc_torch_free too (through
     their dependency on libstalloc)."""
-    return _plug()._name, "stalloc_torch_shim_malloc"
+    return _plug()._name, PLUG_MALLOC
 
 
 def _address(fn) -> int:
     return int(ffi.cast("uintptr_t", fn))
 
 
-def hook_addresses() -> dict[str, int]:
+def hook_addresses(plug=None) -> dict[str, int]:
     """Setter name on ``CUDAPluggableAllocator(...).allocator()`` -> the C function's address,
-    each with the signature PyTorch's CUDAPluggableAllocator.h gives that hook."""
+    each with the signature PyTorch's CUDAPluggableAllocator.h gives that hook. ``plug``: the
+    plug library already loaded (:func:`_plug`), else it is loaded here."""
     out = {
         "set_init_fn": _address(lib.stalloc_torch_init),
         "set_reset_fn": _address(lib.stalloc_torch_reset),
@@ -385,16 +388,16 @@ def hook_addresses() -> dict[str, int]:
     # Capture into a private pool is refused where it begins; with no pool ever begun,
     # set_end_allocate_to_pool_fn and set_release_pool have nothing to act on.
     out["set_begin_allocate_to_pool"] = ctypes.cast(
-        _plug().stalloc_torch_shim_begin_allocate_to_pool, ctypes.c_void_p).value
+        (plug or _plug()).stalloc_torch_shim_begin_allocate_to_pool, ctypes.c_void_p).value
     return out
 
 
-def register_hooks(allocator_object) -> list[str]:
+def register_hooks(allocator_object, plug=None) -> list[str]:
     """Registers every hook the running PyTorch offers (found with hasattr, since the setters
     are missing from PyTorch's type stubs) on the object CUDAPluggableAllocator(...).allocator()
-    returns; gives the setters called."""
+    returns (``plug``: as :func:`hook_addresses`); gives the setters called."""
     done = []
-    for setter, address in hook_addresses().items():
+    for setter, address in hook_addresses(plug).items():
         if hasattr(allocator_object, setter):
             getattr(allocator_object, setter)(address)
             done.append(setter)

@@ -5,6 +5,7 @@ entry points driven by real recorded training traces."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -355,6 +356,23 @@ def test_plug_library_uses_a_malloc_that_throws():
     assert plug["stalloc_torch_shim_begin_allocate_to_pool"]
 
 
+def test_the_hooks_take_the_plug_enable_loaded(monkeypatch):
+    from stalloc.integrations import torch_backend
+
+    pytest.importorskip("torch")
+    plug = torch_backend._plug()
+
+    def load_again(*args, **kwargs):
+        raise AssertionError("the plug was loaded a second time")
+
+    monkeypatch.setattr(torch_backend, "_plug", load_again)  # enable() loads it once, then hands it on
+    addresses = torch_backend.hook_addresses(plug)
+    assert addresses["set_begin_allocate_to_pool"] == ctypes.cast(
+        plug.stalloc_torch_shim_begin_allocate_to_pool, ctypes.c_void_p).value
+    with pytest.raises(AssertionError, match="second time"):  # the test can fail: without it, it loads
+        torch_backend.hook_addresses()
+
+
 def test_a_typed_plug_built_for_another_pytorch_falls_back_to_the_generic_one(monkeypatch, tmp_path):
     from stalloc.integrations import torch_backend
 
@@ -370,8 +388,9 @@ def test_a_typed_plug_built_for_another_pytorch_falls_back_to_the_generic_one(mo
 
     monkeypatch.setattr(torch_backend, "_plug_path", path_of)
     monkeypatch.setattr(torch_backend, "_warned_typed", False)
-    with pytest.warns(RuntimeWarning, match="does not load against this PyTorch.*RuntimeError"):
+    with pytest.warns(RuntimeWarning, match="does not load against this PyTorch.*RuntimeError") as said:
         path, name = torch_backend.plug_library()
+    assert said[0].filename == __file__  # pointed at the caller, not at stalloc
     assert os.path.basename(path) == torch_backend.GENERIC_PLUG and name == "stalloc_torch_shim_malloc"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once per process
