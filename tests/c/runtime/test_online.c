@@ -2,6 +2,7 @@
  * switch comes at a step boundary without blocking it, a run whose shapes grow is re-planned,
  * a replaced pool goes back once its blocks are freed, an allocator destroyed while its
  * planner runs waits for it, and training and evaluation steps each get a plan. TSan checks the thread's hand-over in CI. */
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 
@@ -217,16 +218,21 @@ static void test_layout_hints_follow_the_step_before(void) {
   CHECK(hinted <= best_fit);
 }
 
-/* An evaluation pass: no kept activations, another batch shape, fewer allocs. */
-static void eval_pass(stalloc_allocator_t* a) {
+/* An evaluation pass: fewer allocs than a training step and no kept activations (no_grad),
+ * each layer's input and a temporary freed at once. `training_sizes`: at the training step's
+ * sizes, as its first requests (a pass the training plan holds); else another batch shape. */
+static void eval_sized(stalloc_allocator_t* a, bool training_sizes) {
   for (int i = 0; i < LAYERS / 2; i++) {
     void *x, *tmp;
-    CHECK_OK(stalloc_allocator_alloc(a, (size_t)(7 + i % 2) * 4096, 0, 0, &x));
-    CHECK_OK(stalloc_allocator_alloc(a, 3 * 4096, 0, 0, &tmp));
+    size_t input = training_sizes ? (size_t)(4 * (4 + i % 3) * 4096) : (size_t)(7 + i % 2) * 4096;
+    CHECK_OK(stalloc_allocator_alloc(a, input, 0, 0, &x));
+    CHECK_OK(stalloc_allocator_alloc(a, training_sizes ? 4 * 8192 : 3 * 4096, 0, 0, &tmp));
     CHECK_OK(stalloc_allocator_free(a, tmp));
     CHECK_OK(stalloc_allocator_free(a, x));
   }
 }
+
+static void eval_pass(stalloc_allocator_t* a) { eval_sized(a, false); }
 
 static uint64_t misses_of(stalloc_allocator_t* a) {
   stalloc_stats_t st;
@@ -266,17 +272,7 @@ static void test_each_kind_of_step_gets_a_plan(void) {
   CHECK_OK(stalloc_allocator_destroy(a));
 }
 
-/* An evaluation pass the training plan holds: its requests are the training step's first ones
- * at the training sizes, each freed sooner (no_grad keeps nothing). */
-static void eval_in_training_slots(stalloc_allocator_t* a) {
-  for (int i = 0; i < LAYERS / 2; i++) {
-    void *x, *tmp;
-    CHECK_OK(stalloc_allocator_alloc(a, (size_t)(4 * (4 + i % 3) * 4096), 0, 0, &x));
-    CHECK_OK(stalloc_allocator_alloc(a, 4 * 8192, 0, 0, &tmp));
-    CHECK_OK(stalloc_allocator_free(a, tmp));
-    CHECK_OK(stalloc_allocator_free(a, x));
-  }
-}
+static void eval_in_training_slots(stalloc_allocator_t* a) { eval_sized(a, true); }
 
 static uint64_t backend_allocs_of(stalloc_allocator_t* a) {
   stalloc_stats_t st;
