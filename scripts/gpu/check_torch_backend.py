@@ -81,9 +81,7 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
                  "misses": st["stalloc.plan_misses"], "fallback": st["stalloc.fallback_allocs"],
                  **driver_timer.steady_figures(steps, steady_allocs, st["num_device_alloc"])}
     return {"variant": variant, "mode": mode, "losses": losses,
-            "median_step_s": statistics.median(times[driver_timer.steady_start(steps):]),
-            # with the eval passes: a cost paid only around them shows here, not in the median
-            "mean_loop_s": statistics.fmean(loops[driver_timer.steady_start(steps):]), "peak_allocated": peak_alloc,
+            **driver_timer.step_times(steps, times, loops), "peak_allocated": peak_alloc,
             "peak_reserved": peak_res, "gpu": torch.cuda.get_device_name(), **extra}
 
 

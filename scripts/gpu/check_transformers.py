@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -113,10 +112,7 @@ def child(name: str, variant: str, mode: str, steps: int, device: str, tiny: boo
     else:
         peak_alloc = peak_res = 0
     return {"model": name, "variant": variant, "mode": mode, "losses": losses, **extra,
-            "median_step_s": statistics.median(times[driver_timer.steady_start(steps):]),
-            # the mean over steady steps with their eval passes: a cost paid only around an eval
-            # pass (the pool's moves as the shapes change) shows here, not in the median
-            "mean_loop_s": statistics.fmean(loops[driver_timer.steady_start(steps):]),
+            **driver_timer.step_times(steps, times, loops),
             "peak_allocated": peak_alloc, "peak_reserved": peak_res,
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import statistics
 
 
 def _lib():
@@ -21,6 +22,14 @@ def _lib():
 def steady_start(steps: int) -> int:
     """The first step the checks count as steady state (their median step time's too)."""
     return min(5, steps - 1)
+
+
+def step_times(steps: int, times: list, loops: list) -> dict:
+    """The steady steps' median time (the training step alone) and mean loop time (each step
+    with its eval pass, where there is one: a cost paid only around the passes, the pool's moves
+    as the shapes change, shows there, not in the median)."""
+    start = steady_start(steps)
+    return {"median_step_s": statistics.median(times[start:]), "mean_loop_s": statistics.fmean(loops[start:])}
 
 
 def steady_figures(steps: int, allocs_then: int, allocs_now: int) -> dict:
