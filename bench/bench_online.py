@@ -72,43 +72,12 @@ def repeats_exactly(t) -> bool:
 
 def repeated_steps(t, times: int, first: int = 3):
     """A longer run made from a recorded one: its steps from the `first`-th step marker on,
-    `times` times over, each copy's requests under ids of their own. The blocks a copy leaves
-    live at its end (a gradient held until the next zero_grad) are freed by the next copy where
-    the recording freed the blocks the step before the body left live, matched size by size in
-    order; a free with no such block is dropped."""
-    ev = np.asarray(t.events)
-    marks = np.flatnonzero(ev["kind"] == STEP)
-    if times <= 1 or len(marks) <= first:
+    `times` times over, in order (steps_in_order, whose frees of blocks from before a step take
+    the block its like made last time)."""
+    marks = int(np.count_nonzero(np.asarray(t.events)["kind"] == STEP))
+    if times <= 1 or marks <= first:
         return t
-    head, body = ev[: marks[first]], ev[marks[first]:]
-    kinds, ids, sizes = body["kind"].tolist(), body["id"].tolist(), body["size"].tolist()
-    made = {i for k, i in zip(kinds, ids) if k == ALLOC}
-    freed = {i for k, i in zip(kinds, ids) if k == FREE}
-    left = [(s, i) for k, i, s in zip(kinds, ids, sizes) if k == ALLOC and i not in freed]
-    stride = int(ev["id"].max()) + 1
-    copies = [head]
-    for k in range(times):
-        b = body.copy()
-        own = np.fromiter((i in made for i in ids), bool, len(ids)) & (b["kind"] != STEP)
-        b["id"][own] += k * stride
-        if k:  # the frees of blocks from before the body take the last copy's leftovers
-            waiting: dict[int, list[int]] = {}
-            for s, i in left:
-                waiting.setdefault(s, []).append(i + (k - 1) * stride)
-            for j, (kind, i, s) in enumerate(zip(kinds, ids, sizes)):
-                if kind == FREE and i not in made:
-                    ours = waiting.get(s)
-                    b["id"][j] = ours.pop(0) if ours else 0  # id 0: dropped below
-        copies.append(b)
-    out = np.concatenate(copies)
-    live, keep = set(), np.ones(len(out), bool)
-    for j, (kind, ident) in enumerate(zip(out["kind"].tolist(), out["id"].tolist())):
-        if kind == ALLOC:
-            live.add(ident)
-        elif kind == FREE:
-            keep[j] = ident in live
-            live.discard(ident)
-    return stalloc.Trace.from_events(out[keep])
+    return steps_in_order(t, list(range(marks - first)) * times, first)
 
 
 def drawn_steps(t, count: int, seed: int = 0, first: int = 3):
