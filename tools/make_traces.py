@@ -59,6 +59,12 @@ Optimizers (``--optimizer``; the runs keep their names, so record each into its 
                  makes temporaries for all parameters at once, the optimizer step's own peak
   sgd            SGD with momentum 0.9: one state tensor per parameter, none before the
                  first step
+Loop options (the runs keep their names, so record each combination into its own folder):
+  --amp          mixed precision: each forward and its loss under torch.autocast (bfloat16, the
+                 CPU's), backward outside it, as the PyTorch AMP recipe has it; every weight is
+                 cast once per use and the casts autograd saves live until the backward. Not for
+                 the pipeline variants (their stages run forward and backward interleaved).
+  --clip-grad N  torch.nn.utils.clip_grad_norm_(parameters, N) before each optimizer step
 Every shape is drawn before the run (changing_schedule, one function per variant) and the
 profiler's active window is exactly its prof.step() calls: one step marker for construction,
 one per optimizer step and one per evaluation pass, no empty one at the end.
@@ -498,17 +504,24 @@ def changing_schedule(variant: str, steps: int, s: dict, seed: int) -> list:
     return [shape_schedule(variant, step, steps, s, rng) for step in range(steps)]
 
 
-def evaluate(name: str, model, inputs, labels) -> None:
+def autocast(amp: bool):
+    """Mixed precision on the CPU (bfloat16) when `amp`, else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp)
+
+
+def evaluate(name: str, model, inputs, labels, amp: bool = False) -> None:
     """An evaluation pass: no gradients, the model in eval mode, then back to training."""
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), autocast(amp):
         batch_loss(name, model, inputs, labels)
     model.train()
 
 
-def supported(name: str, variant: str) -> bool:
+def supported(name: str, variant: str, amp: bool = False) -> bool:
     """Pipeline splits know the decoder stacks of llama, gpt2 and mixtral only; convnet has no
-    transformers checkpointing switch."""
+    transformers checkpointing switch; --amp is not taken by the pipeline variants."""
+    if amp and (variant in PIPELINE_VARIANTS or variant == "1f1b"):
+        return False
     if name in MODELS:
         return True
     return variant not in ("1f1b",) + tuple(PIPELINE_VARIANTS) and not (
@@ -530,7 +543,7 @@ def make_optimizer(kind: str, params):
 
 def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
            keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager",
-           optimizer: str = "adamw") -> dict:
+           optimizer: str = "adamw", amp: bool = False, clip_grad: float | None = None) -> dict:
     from torch.profiler import ProfilerActivity, profile, schedule
     torch.manual_seed(seed)
     s = sizes(small)
@@ -576,15 +589,18 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
                 one_f_one_b(stages, batches)
             else:
                 for inputs, labels in batches:
-                    loss = batch_loss(name, model, inputs, labels) / micro
+                    with autocast(amp):
+                        loss = batch_loss(name, model, inputs, labels) / micro
                     loss.backward()
                     del loss
+            if clip_grad is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
             opt.step()
             opt.zero_grad(set_to_none=True)
             del batches
             prof.step()
             if eval_shape is not None:  # an evaluation pass is a step of its own
-                evaluate(name, model, *make_batch(name, eval_shape, s, gen))
+                evaluate(name, model, *make_batch(name, eval_shape, s, gen), amp=amp)
                 prof.step()
     secs = time.time() - t0
 
@@ -635,7 +651,14 @@ def main(argv=None) -> int:
     ap.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
                     help="adamw: one tensor at a time (the default on a CPU); adamw_foreach: "
                          "all tensors at once, the default on a GPU; sgd: with momentum")
+    ap.add_argument("--amp", action="store_true",
+                    help="mixed precision: forward and loss under torch.autocast (bfloat16); "
+                         "not for the pipeline variants")
+    ap.add_argument("--clip-grad", type=float, default=None, metavar="N",
+                    help="clip the gradients' norm to N before each optimizer step")
     args = ap.parse_args(argv)
+    if args.clip_grad is not None and not args.clip_grad > 0:
+        ap.error(f"--clip-grad must be positive, not {args.clip_grad}")
 
     try:
         import transformers
@@ -650,15 +673,16 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, transformers {tf_version}", flush=True)
     for name in args.models:
         for variant in args.variants:
-            if not supported(name, variant):
-                why = "checkpointing switch" if variant == "recompute" else "pipeline split"
+            if not supported(name, variant, args.amp):
+                why = ("pipeline schedule under --amp" if args.amp and supported(name, variant)
+                       else "checkpointing switch" if variant == "recompute" else "pipeline split")
                 print(f"skipped {name}_{variant}: {name} has no {why}", flush=True)
                 continue
             tag = f"{name}_{variant}"
             keep = args.json_for is None or tag in args.json_for
             steps = args.changing_steps if variant in CHANGING_VARIANTS else args.steps
             r = record(name, variant, steps, args.small, args.out, keep, importer,
-                       args.seed, args.moe_impl, args.optimizer)
+                       args.seed, args.moe_impl, args.optimizer, args.amp, args.clip_grad)
             print(json.dumps(r), flush=True)
     return 0
 

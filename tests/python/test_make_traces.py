@@ -102,3 +102,30 @@ def test_the_optimizer_choice_shapes_the_recorded_step(make_traces, tmp_path):
     assert not _has_run_of(runs["adamw"], every_param)
     with pytest.raises(ValueError, match="unknown optimizer"):
         make_traces.make_optimizer("lion", [])
+
+
+def _second_step(ev):
+    marks = np.flatnonzero(ev["kind"] == 3)
+    step = ev[marks[2]:]
+    return step[step["kind"] == 1]
+
+
+def test_mixed_precision_and_clipping_shape_the_recorded_step(make_traces, tmp_path):
+    importer = make_traces._load_importer()
+    runs = {}
+    for tag, kw in (("plain", {}), ("amp", {"amp": True}), ("clip", {"clip_grad": 1.0})):
+        out = tmp_path / tag
+        out.mkdir()
+        make_traces.record("convnet", "plain", 2, True, str(out), False, importer, **kw)
+        runs[tag] = _second_step(np.load(out / "convnet_plain.npz")["events"])
+    # under autocast every convolution's weight is cast to bfloat16 (half its bytes) once a step
+    params = list(make_traces.ConvNet(make_traces.sizes(True)["hidden"] // 8).parameters())
+    conv_halves = Counter(p.numel() * 2 for p in params if p.ndim == 4)
+    assert all(Counter(runs["amp"]["size"].tolist())[s] >= n for s, n in conv_halves.items())
+    assert not all(Counter(runs["plain"]["size"].tolist())[s] >= n for s, n in conv_halves.items())
+    # clipping adds its norms' temporaries and nothing else: more requests, the same largest
+    assert len(runs["clip"]) > len(runs["plain"])
+    assert runs["clip"]["size"].max() == runs["plain"]["size"].max()
+    assert make_traces.supported("llama", "1f1b") and not make_traces.supported("llama", "1f1b", amp=True)
+    with pytest.raises(SystemExit):
+        make_traces.main(["--clip-grad", "0", "--models", "convnet", "--out", str(tmp_path / "x")])
