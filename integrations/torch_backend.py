@@ -337,11 +337,10 @@ def _load_plug(name: str):
         return None, str(e)
 
 
-def _plug(stacklevel: int = 3):
+def _plug():
     """The plug library whose malloc CUDAPluggableAllocator calls: libstalloc_torch where it
     loads, else libstalloc_torch_generic. Warns once when libstalloc_torch was built but does not
-    load (built against another PyTorch), at `stacklevel` (the default: the caller of a public
-    function that called this one); raises RuntimeError when neither loads."""
+    load (built against another PyTorch); raises RuntimeError when neither loads."""
     global _warned_typed
     typed, why_typed = _load_plug(TYPED_PLUG)
     if typed is not None:
@@ -353,7 +352,7 @@ def _plug(stacklevel: int = 3):
                       "torch.cuda.OutOfMemoryError (torch_backend.oom_guard() turns it into one). "
                       "Rebuilding stalloc against this PyTorch restores it: pip install "
                       "--no-build-isolation --no-binary stalloc stalloc", RuntimeWarning,
-                      stacklevel=stacklevel)
+                      stacklevel=3)  # _plug, the public function calling it: that one's caller
     generic, why_generic = _load_plug(GENERIC_PLUG)
     if generic is not None:
         return generic

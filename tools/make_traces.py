@@ -545,6 +545,8 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
            keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager",
            optimizer: str = "adamw", amp: bool = False, clip_grad: float | None = None) -> dict:
     from torch.profiler import ProfilerActivity, profile, schedule
+    if amp and not supported(name, variant, amp):
+        raise ValueError(f"{name}_{variant}: --amp is not taken by the pipeline variants")
     torch.manual_seed(seed)
     s = sizes(small)
     micro = {"plain": 1, "recompute": 1, "accum": 2, "1f1b": 4}.get(variant)

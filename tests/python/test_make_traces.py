@@ -127,5 +127,7 @@ def test_mixed_precision_and_clipping_shape_the_recorded_step(make_traces, tmp_p
     assert len(runs["clip"]) > len(runs["plain"])
     assert runs["clip"]["size"].max() == runs["plain"]["size"].max()
     assert make_traces.supported("llama", "1f1b") and not make_traces.supported("llama", "1f1b", amp=True)
+    with pytest.raises(ValueError, match="pipeline"):
+        make_traces.record("llama", "1f1b_vpp", 1, True, str(tmp_path), False, importer, amp=True)
     with pytest.raises(SystemExit):
         make_traces.main(["--clip-grad", "0", "--models", "convnet", "--out", str(tmp_path / "x")])
