@@ -711,8 +711,8 @@ def test_an_eval_pass_that_takes_no_hint_leaves_a_fresh_training_layout_alone():
     # to be a training step, misses those hints at its first request. Those hints had served no
     # training step yet, so that miss counted as theirs and the training steps backed off: the
     # step after the pass went by best fit (0 of 670 requests hinted) and took the pool from
-    # 122 to 128 MiB, the run's peak. A step of another size that took none of a kind's hints
-    # says nothing of them.
+    # 122 to 128 MiB, the run's peak. A step far from a kind's number of allocs that took none
+    # of its hints says nothing of them.
     t = stalloc.load_trace(TRACES / "amp" / "convnet_eval.npz").scaled(256)
     per_step = per_step_counts(t)
     most = max(n for n, _, _ in per_step)

@@ -369,7 +369,7 @@ def test_the_hooks_take_the_plug_enable_loaded(monkeypatch):
     addresses = torch_backend.hook_addresses(plug)
     assert addresses["set_begin_allocate_to_pool"] == ctypes.cast(
         plug.stalloc_torch_shim_begin_allocate_to_pool, ctypes.c_void_p).value
-    with pytest.raises(AssertionError, match="second time"):  # the test can fail: without it, it loads
+    with pytest.raises(AssertionError, match="second time"):  # called alone, it loads its own
         torch_backend.hook_addresses()
 
 
