@@ -520,12 +520,12 @@ def evaluate(name: str, model, inputs, labels, amp: bool = False) -> None:
 def supported(name: str, variant: str, amp: bool = False) -> bool:
     """Pipeline splits know the decoder stacks of llama, gpt2 and mixtral only; convnet has no
     transformers checkpointing switch; --amp is not taken by the pipeline variants."""
-    if amp and (variant in PIPELINE_VARIANTS or variant == "1f1b"):
+    pipelined = variant == "1f1b" or variant in PIPELINE_VARIANTS
+    if amp and pipelined:
         return False
     if name in MODELS:
         return True
-    return variant not in ("1f1b",) + tuple(PIPELINE_VARIANTS) and not (
-        name == "convnet" and variant == "recompute")
+    return not pipelined and not (name == "convnet" and variant == "recompute")
 
 
 OPTIMIZERS = ("adamw", "adamw_foreach", "sgd")
