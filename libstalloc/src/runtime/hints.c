@@ -920,13 +920,11 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
     /* A step of another kind (an evaluation pass where a training step was expected, which
      * begins as one) says nothing of how this kind's steps follow hints that served them
      * before; nor of hints that have not served one yet, when it took none of them and is
-     * far from their kind's size (under 3/4 of the larger's allocs, as shapes.c tells a
-     * warm-up from what follows it): an evaluation pass missing a first training step's layout
-     * at its first request. A warm-up's hints, met by the first training step, still back off:
-     * nothing of that kind comes again, and kept they are taken by steps whose first requests
-     * match them and then part. */
-    size_t fewer = ST_MIN(h->n, used->count), more = ST_MAX(h->n, used->count);
-    bool far = h->hits == 0 && 4 * fewer < 3 * more;
+     * not near their kind's size (st_shapes_near): an evaluation pass missing a first training
+     * step's layout at its first request. A warm-up's hints, met by the first training step,
+     * still back off: nothing of that kind comes again, and kept they are taken by steps whose
+     * first requests match them and then part. */
+    bool far = h->hits == 0 && !st_shapes_near(h->n, used->count);
     bool other_kind = !h->spoiled && h->n != used->count && (used->served || far);
     if (!other_kind) {
       if (stopped(h)) {

@@ -131,8 +131,8 @@ ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
     const kind_shape* before = NULL;
     for (int i = 0; i < KINDS; i++)
       if (s->kinds[i].n && s->kinds[i].seen + 1 == s->clock) before = &s->kinds[i];
+    if (before && !st_shapes_near(n, before->n)) before = NULL;
     size_t common = before ? ST_MIN(n, before->n) : 0;
-    if (before && 4 * common < 3 * ST_MAX(n, before->n)) before = NULL;
     /* add_kind gives the place of the kind seen longest ago: never the one seen last */
     if (!(k = add_kind(s, sizes, n))) return -1;
     k->seen = s->clock;

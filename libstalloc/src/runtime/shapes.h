@@ -16,6 +16,11 @@ typedef struct st_shapes st_shapes;
 st_shapes* st_shapes_create(void);
 void st_shapes_destroy(st_shapes* s);
 
+/* Whether steps of a and b allocs are near enough in size to be one kind but for a few allocs
+ * (the smaller at least 3/4 of the larger: a warm-up step, where the optimizer makes its state,
+ * and the training step after it; an evaluation pass is not near a training step). */
+static inline bool st_shapes_near(size_t a, size_t b) { return 4 * ST_MIN(a, b) >= 3 * ST_MAX(a, b); }
+
 /* A step of n allocs ended, with these requested sizes by position: learn how each position
  * follows the step's keys (positions among its first 16 whose size changed where no key before
  * explains it: a micro-batch's input ids). The first step of a kind learns from the step just
