@@ -1,12 +1,13 @@
 /* shapes.c - each position's size as a function of the step's keys (see shapes.h).
  *
  * A kind is the number of allocs in a step, as in online.c and hints.c. For each kind the
- * latest step's sizes are kept, and per position a rule: the same size whatever the shape
+ * latest step's sizes are kept, and per position its rules: the same size whatever the shape
  * (weights' gradients, optimizer scratch), proportional to a key position's size (activations:
- * batch x tokens), or to its square (eager attention scores), or none seen. A key is a position
- * whose size changed where no key before it explains the change: the first micro-batch's input
- * ids, the second's when they are padded each to its own length. Rules are learned from two
- * steps whose sizes differ and kept while later steps agree with them. */
+ * batch x tokens), to its square (eager attention scores) or to the product of two keys'
+ * (cross-attention: source x target tokens), or none seen. A key is a position whose size
+ * changed where no key before it explains the change: the first micro-batch's input ids, the
+ * second's when they are padded each to its own length, an encoder-decoder's target ids. Rules
+ * are learned from two steps whose sizes differ and kept while later steps agree with them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,12 +17,24 @@
 #define KEYS 4
 #define EARLY 16 /* keys are among a step's first requests: its inputs set its shape */
 
-enum { SAME = 0, LINEAR = 1, SQUARE = 2, NO_RULE = 3 };
+/* A position's rules, one bit each: proportional to key m's size (LINEAR + m), to its square
+ * (SQUARE + m), or to the product of two keys' sizes (PRODUCT + pair: a query length times a
+ * key length, as in an encoder-decoder's cross-attention where source and target are padded
+ * each to its own length). Every rule that explained each change so far is kept, so where two
+ * keys moved together at first (source and target lengths in step) the step that tells them
+ * apart keeps the right one, rather than relearning after a miss. SAME_RULE: the same size
+ * whatever the shape; 0: no rule. */
+enum { LINEAR = 0, SQUARE = KEYS, PRODUCT = 2 * KEYS, RULES = 2 * KEYS + KEYS * (KEYS - 1) / 2 };
+#define SAME_RULE ((uint16_t)1 << 15)
+_Static_assert(RULES < 15, "a position's rules fit below SAME_RULE");
+static const uint8_t PAIR[KEYS * (KEYS - 1) / 2][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
 
 typedef struct kind_shape {
   size_t n;            /* allocs; 0: unused */
   uint64_t* size;      /* the kind's latest step, by position */
-  uint8_t* rule;       /* by position: the rule, and (bits 2-3) the key it follows */
+  uint64_t* prior;     /* the step before its latest change (has_prior: one of this kind) */
+  bool has_prior;
+  uint16_t* rules;     /* by position: the rules that explained every change since it had one */
   size_t key[KEYS];    /* key positions, in the order they were found */
   int keys;
   bool explained;      /* the rules explained the kind's latest change of shape */
@@ -37,7 +50,8 @@ st_shapes* st_shapes_create(void) { return calloc(1, sizeof(st_shapes)); }
 
 static void clear(kind_shape* k) {
   free(k->size);
-  free(k->rule);
+  free(k->prior);
+  free(k->rules);
   *k = (kind_shape){0};
 }
 
@@ -53,15 +67,33 @@ static const kind_shape* find(const st_shapes* s, size_t n) {
   return NULL;
 }
 
-/* Whether `rule` takes `was` at key `from` to `now` at key `to` exactly. */
-static bool holds(uint8_t rule, uint64_t was, uint64_t now, uint64_t from, uint64_t to) {
-  unsigned __int128 a = (unsigned __int128)now * from, b = (unsigned __int128)was * to;
-  switch (rule) {
-    case SAME: return was == now;
-    case LINEAR: return a == b;
-    case SQUARE: return from < (1ull << 32) && to < (1ull << 32) && a * from == b * to;
-    default: return false;
+/* The two keys (the same one twice for a square, -1 for the second of a linear rule) of rule r. */
+static void rule_keys(int r, int* a, int* b) {
+  if (r < SQUARE) *a = r - LINEAR, *b = -1;
+  else if (r < PRODUCT) *a = *b = r - SQUARE;
+  else *a = PAIR[r - PRODUCT][0], *b = PAIR[r - PRODUCT][1];
+}
+
+/* The rules of k that take `was` (where the keys were `from`, a step's sizes by position) to
+ * `now` (where they are `to`) exactly. A product needs its keys below 2^32 (as a square). */
+static uint16_t rules_holding(const kind_shape* k, uint64_t was, uint64_t now, const uint64_t* from, const uint64_t* to) {
+  uint16_t out = 0;
+  for (int r = 0; r < RULES; r++) {
+    int a, b;
+    rule_keys(r, &a, &b);
+    if (a >= k->keys || b >= k->keys) continue;
+    unsigned __int128 x = now, y = was;
+    x *= from[k->key[a]];
+    y *= to[k->key[a]];
+    if (b >= 0) {
+      uint64_t fb = from[k->key[b]], tb = to[k->key[b]];
+      if (from[k->key[a]] >> 32 || to[k->key[a]] >> 32 || fb >> 32 || tb >> 32) continue;
+      x *= fb;
+      y *= tb;
+    }
+    if (x == y) out |= (uint16_t)(1u << r);
   }
+  return out;
 }
 
 /* A kind not seen (or given up): its first step, no rules yet. NULL: no host memory. */
@@ -71,13 +103,13 @@ static kind_shape* add_kind(st_shapes* s, const uint64_t* sizes, size_t n) {
     if (!s->kinds[i].n || s->kinds[i].seen < k->seen) k = &s->kinds[i];
   clear(k);
   k->size = malloc(n * sizeof *k->size);
-  k->rule = malloc(n * sizeof *k->rule);
-  if (!k->size || !k->rule) {
+  k->prior = malloc(n * sizeof *k->prior);
+  k->rules = calloc(n, sizeof *k->rules);
+  if (!k->size || !k->prior || !k->rules) {
     clear(k);
     return NULL;
   }
   memcpy(k->size, sizes, n * sizeof *sizes);
-  memset(k->rule, NO_RULE, n);
   k->n = n;
   return k;
 }
@@ -88,33 +120,34 @@ static size_t learn_change(kind_shape* k, const uint64_t* was_sizes, const uint6
   size_t unexplained = n - common;
   for (size_t j = 0; j < common; j++) {
     uint64_t was = was_sizes[j], now = sizes[j];
-    uint8_t rule = k->rule[j] & 3, key = k->rule[j] >> 2;
-    if (rule == LINEAR || rule == SQUARE) { /* still the rule it had? */
-      size_t at = k->key[key];
-      if (holds(rule, was, now, was_sizes[at], sizes[at])) continue;
-    } else if (rule == SAME && was == now) {
-      continue;
+    uint16_t had = k->rules[j];
+    if (had == SAME_RULE && was == now) continue;
+    /* the rules it had that still hold; else those that explain this change and, if some
+     * do, the change before it too (a position that followed the target length alone, then
+     * the source length alone, follows their product) */
+    uint16_t rules = had && had != SAME_RULE ? had & rules_holding(k, was, now, was_sizes, sizes) : 0;
+    if (!rules && was == now) rules = SAME_RULE;
+    if (!rules) {
+      rules = rules_holding(k, was, now, was_sizes, sizes);
+      uint16_t both = k->has_prior ? rules & rules_holding(k, k->prior[j], was, k->prior, was_sizes) : 0;
+      if (both) rules = both;
     }
-    /* a rule against the first key that changed and explains it */
-    rule = NO_RULE;
-    for (int m = 0; m < k->keys && rule == NO_RULE && was != now; m++) {
-      size_t at = k->key[m];
-      if (was_sizes[at] == sizes[at]) continue;
-      for (uint8_t r = LINEAR; r <= SQUARE && rule == NO_RULE; r++)
-        if (holds(r, was, now, was_sizes[at], sizes[at])) rule = r, key = (uint8_t)m;
+    if (!rules && k->keys < KEYS && j < EARLY) { /* a key: what follows may follow it */
+      k->key[k->keys] = j;
+      rules = (uint16_t)(1u << (LINEAR + k->keys++));
     }
-    if (rule == NO_RULE && was == now) rule = SAME;
-    if (rule == NO_RULE && k->keys < KEYS && j < EARLY) { /* a key: what follows may follow it */
-      key = (uint8_t)k->keys;
-      k->key[k->keys++] = j;
-      rule = LINEAR;
-    }
-    unexplained += rule == NO_RULE;
-    k->rule[j] = (uint8_t)(rule | key << 2);
+    unexplained += !rules;
+    k->rules[j] = rules;
   }
   /* More than a quarter changed with no rule (sizes an MoE gate routes): the kind's next shape
    * is not foretold, as the hints stop when more than a quarter of them miss. */
   k->explained = unexplained <= n / 4;
+  k->has_prior = was_sizes == k->size; /* a change within the kind, not from the step before */
+  if (k->has_prior) {
+    uint64_t* t = k->prior;
+    k->prior = k->size;
+    k->size = t;
+  }
   memcpy(k->size, sizes, n * sizeof *sizes);
   return unexplained;
 }
@@ -156,17 +189,17 @@ bool st_shapes_predict(const st_shapes* s, size_t n, const uint64_t* asked, uint
   const kind_shape* k = find(s, n);
   if (!k || !k->explained || !k->keys) return false;
   for (size_t j = 0; j < n; j++) {
-    uint8_t rule = k->rule[j] & 3;
-    size_t at = k->key[k->rule[j] >> 2];
     out[j] = k->size[j];
-    uint64_t from = k->size[at], to = asked[at];
-    if ((rule != LINEAR && rule != SQUARE) || !from || !to) continue;
-    if (rule == SQUARE && (from >= (1ull << 32) || to >= (1ull << 32))) continue; /* as holds() */
-    unsigned __int128 x = (unsigned __int128)k->size[j] * to, d = from;
-    if (rule == SQUARE) { /* below 2^128: size < 2^64, to^2 < 2^64, and d < 2^64 */
-      x *= to;
-      d *= from;
-    }
+    uint16_t rules = k->rules[j];
+    if (!rules || rules == SAME_RULE) continue;
+    int a, b;
+    rule_keys(__builtin_ctz(rules), &a, &b); /* the first that held throughout */
+    uint64_t fa = k->size[k->key[a]], ta = asked[k->key[a]];
+    uint64_t fb = b < 0 ? 1 : k->size[k->key[b]], tb = b < 0 ? 1 : asked[k->key[b]];
+    if (!fa || !ta || !fb || !tb) continue;
+    if (b >= 0 && (fa >> 32 || ta >> 32 || fb >> 32 || tb >> 32)) continue; /* as rules_holding */
+    /* below 2^128: size < 2^64 and, with two keys, ta * tb < 2^64 */
+    unsigned __int128 x = (unsigned __int128)k->size[j] * ta * tb, d = (unsigned __int128)fa * fb;
     x = (x + d - 1) / d; /* rounded up */
     if (x <= UINT64_MAX / 2) out[j] = (uint64_t)x;
   }

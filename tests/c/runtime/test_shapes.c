@@ -1,5 +1,5 @@
 /* test_shapes.c - each position's size as a function of the step's keys: rules learned from two
- * steps whose shapes differ (same, linear, square, none), key positions (one per micro-batch
+ * steps whose shapes differ (same, linear, square, a product of two keys, none), key positions (one per micro-batch
  * padded to its own length), exact predictions for a shape never seen, a kind's first rules
  * learned from the step before of another kind (the warm-up), kinds whose changes no rule
  * explains, and the oldest kind giving its place. */
@@ -75,6 +75,43 @@ static void one_key_per_micro_batch(void) {
   accumulation_at(128, 100, want);
   CHECK(st_shapes_predict(s, N, want, got));
   CHECK(memcmp(got, want, sizeof got) == 0);
+  st_shapes_destroy(s);
+}
+
+/* An encoder-decoder padded on each side to its own length: source ids (position 0, S tokens)
+ * and target ids (position 1, T tokens) come first; self-attention scores follow S^2 or T^2,
+ * cross-attention's S x T. */
+static void seq2seq_at(uint64_t src, uint64_t tgt, uint64_t* sizes) {
+  sizes[0] = 8 * src;
+  sizes[1] = 8 * tgt;
+  sizes[2] = 1 << 20; /* a gradient */
+  sizes[3] = 512 * src;
+  sizes[4] = 512 * tgt;
+  sizes[5] = 64 * src * src;
+  sizes[6] = 64 * tgt * tgt;
+  sizes[7] = 64 * src * tgt;
+  for (int j = 8; j < N; j++) sizes[j] = j % 2 ? 2048 * (uint64_t)j : 128 * src * tgt * (uint64_t)j;
+}
+
+static void cross_attention_follows_the_product_of_two_keys(void) {
+  st_shapes* s = st_shapes_create();
+  uint64_t a[N], want[N], got[N];
+  seq2seq_at(64, 32, a);
+  st_shapes_learn(s, a, N);
+  seq2seq_at(64, 48, a); /* only the target: position 1 is the first key, and S x T follows it */
+  CHECK(st_shapes_learn(s, a, N) == 0);
+  /* then only the source: S x T now follows the source too, and the one rule that explains
+   * both changes is the product (proportional to the source alone explains only this one) */
+  seq2seq_at(40, 48, a);
+  CHECK(st_shapes_learn(s, a, N) == 0);
+  CHECK(st_shapes_key_position(s, N) == 1);
+  seq2seq_at(128, 100, want); /* both, by other factors */
+  CHECK(st_shapes_predict(s, N, want, got));
+  CHECK(memcmp(got, want, sizeof got) == 0);
+  seq2seq_at(96, 20, a); /* the rules hold on */
+  CHECK(st_shapes_learn(s, a, N) == 0);
+  seq2seq_at(17, 250, want);
+  CHECK(st_shapes_predict(s, N, want, got) && memcmp(got, want, sizeof got) == 0);
   st_shapes_destroy(s);
 }
 
@@ -169,6 +206,7 @@ static void the_oldest_kind_gives_its_place(void) {
 int main(void) {
   learns_and_predicts();
   one_key_per_micro_batch();
+  cross_attention_follows_the_product_of_two_keys();
   the_first_step_of_a_kind_learns_from_the_step_before();
   unexplained_kinds_are_not_predicted();
   the_oldest_kind_gives_its_place();
