@@ -65,6 +65,11 @@ Loop options (the runs keep their names, so record each combination into its own
                  cast once per use and the casts autograd saves live until the backward. Not for
                  the pipeline variants (their stages run forward and backward interleaved).
   --clip-grad N  torch.nn.utils.clip_grad_norm_(parameters, N) before each optimizer step
+  --seq2seq-targets own
+                 t5 in dynpad and accumvar: each batch's target padded to a length of its own
+                 (uniform between a quarter of its source's length and all of it), as a seq2seq
+                 collator pads source and target each to its longest; the default, half, ties
+                 the target to half the source's length
 Every shape is drawn before the run (changing_schedule, one function per variant) and the
 profiler's active window is exactly its prof.step() calls: one step marker for construction,
 one per optimizer step and one per evaluation pass, no empty one at the end.
@@ -191,13 +196,19 @@ class ConvNet(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits, labels)
 
 
-def make_batch(name: str, shape, s: dict, gen: torch.Generator):
-    """One micro-batch of (batch, sequence): token ids, or for convnet images of side seq / 4."""
+def make_batch(name: str, shape, s: dict, gen: torch.Generator, own_target: bool = False):
+    """One micro-batch of (batch, sequence): token ids, or for convnet images of side seq / 4.
+    t5's target is half the source's length, or with `own_target` a length of its own, drawn
+    uniform between a quarter of the source's length and all of it (a seq2seq collator padding
+    each side to its own longest)."""
     b, q = shape
     if name == "convnet":
         r = max(4, q // 4)
         return torch.randn(b, 3, r, r, generator=gen), torch.randint(0, 10, (b,), generator=gen)
     ids = torch.randint(0, s["vocab"], shape, generator=gen)
+    if name == "t5" and own_target:
+        t = int(torch.randint(max(1, q // 4), q + 1, (1,), generator=gen))
+        return ids, torch.randint(0, s["vocab"], (b, t), generator=gen)
     if name == "t5":
         return ids, ids[:, : max(1, q // 2)].contiguous()
     return ids, ids
@@ -543,7 +554,8 @@ def make_optimizer(kind: str, params):
 
 def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
            keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager",
-           optimizer: str = "adamw", amp: bool = False, clip_grad: float | None = None) -> dict:
+           optimizer: str = "adamw", amp: bool = False, clip_grad: float | None = None,
+           seq2seq_targets: str = "half") -> dict:
     from torch.profiler import ProfilerActivity, profile, schedule
     if amp and not supported(name, variant, amp):
         raise ValueError(f"{name}_{variant}: --amp is not taken by the pipeline variants")
@@ -554,6 +566,8 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
         micro = PIPELINE_VARIANTS[variant][0]
     gen = torch.Generator().manual_seed(seed + 1)
     plan = changing_schedule(variant, steps, s, seed) if variant in CHANGING_VARIANTS else None
+    # targets of their own where the sources are padded each to its longest
+    own_target = seq2seq_targets == "own" and variant in ("dynpad", "accumvar")
     # one profiler step per prof.step() call: construction, each optimizer step, each eval pass
     # (a longer active window would add an empty step marker at the end)
     active = 1 + steps + (sum(e is not None for _, e in plan) if plan else 0)
@@ -584,7 +598,7 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
             else:
                 shapes = [(s["batch"], s["seq"])] * micro
             for shape in shapes:
-                batches.append(make_batch(name, shape, s, gen))
+                batches.append(make_batch(name, shape, s, gen, own_target))
             if runner is not None:
                 runner(batches)
             elif stages is not None:
@@ -658,6 +672,10 @@ def main(argv=None) -> int:
                          "not for the pipeline variants")
     ap.add_argument("--clip-grad", type=float, default=None, metavar="N",
                     help="clip the gradients' norm to N before each optimizer step")
+    ap.add_argument("--seq2seq-targets", default="half", choices=("half", "own"),
+                    help="t5's target length: half the source's (default), or, in dynpad and "
+                         "accumvar, a length of its own per batch (source and target each "
+                         "padded to its own longest)")
     args = ap.parse_args(argv)
     if args.clip_grad is not None and not args.clip_grad > 0:
         ap.error(f"--clip-grad must be positive, not {args.clip_grad}")
@@ -684,7 +702,8 @@ def main(argv=None) -> int:
             keep = args.json_for is None or tag in args.json_for
             steps = args.changing_steps if variant in CHANGING_VARIANTS else args.steps
             r = record(name, variant, steps, args.small, args.out, keep, importer,
-                       args.seed, args.moe_impl, args.optimizer, args.amp, args.clip_grad)
+                       args.seed, args.moe_impl, args.optimizer, args.amp, args.clip_grad,
+                       args.seq2seq_targets)
             print(json.dumps(r), flush=True)
     return 0
 

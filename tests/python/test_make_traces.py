@@ -39,6 +39,28 @@ def test_a_convnet_batch_follows_the_shape(make_traces):
     assert model(images, labels).ndim == 0
 
 
+def test_a_seq2seq_target_is_half_the_source_or_a_length_of_its_own(make_traces):
+    import torch
+    s = make_traces.sizes(small=True)
+    gen = torch.Generator().manual_seed(3)
+    ids, labels = make_traces.make_batch("t5", (2, 40), s, gen)
+    assert tuple(ids.shape) == (2, 40) and tuple(labels.shape) == (2, 20)
+    after_half = torch.rand(1, generator=gen)  # half draws no length: the stream goes on as before
+    gen = torch.Generator().manual_seed(3)
+    make_traces.make_batch("t5", (2, 40), s, gen)
+    assert torch.equal(torch.rand(1, generator=gen), after_half)
+    gen = torch.Generator().manual_seed(3)
+    lengths = set()
+    for _ in range(20):
+        ids, labels = make_traces.make_batch("t5", (2, 40), s, gen, own_target=True)
+        assert tuple(ids.shape) == (2, 40) and labels.shape[0] == 2 and 10 <= labels.shape[1] <= 40
+        lengths.add(labels.shape[1])
+    assert len(lengths) > 3
+    # only t5 has a target of its own
+    ids, labels = make_traces.make_batch("gpt2", (2, 40), s, torch.Generator().manual_seed(3), own_target=True)
+    assert labels is ids
+
+
 def test_a_convnet_curriculum_records_a_real_trace(make_traces, tmp_path):
     info = make_traces.record("convnet", "curriculum", 3, True, str(tmp_path), False,
                               make_traces._load_importer())
