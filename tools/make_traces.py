@@ -65,6 +65,10 @@ Loop options (the runs keep their names, so record each combination into its own
                  cast once per use and the casts autograd saves live until the backward. Not for
                  the pipeline variants (their stages run forward and backward interleaved).
   --clip-grad N  torch.nn.utils.clip_grad_norm_(parameters, N) before each optimizer step
+  --micro-batches lazy
+                 each micro-batch made right before its own forward, as a loop that moves each
+                 to the device when it runs it (the default, upfront, makes a step's
+                 micro-batches all before its first forward); not for the pipeline variants
   --seq2seq-targets own
                  t5 in dynpad and accumvar: each batch's target padded to a length of its own
                  (uniform between a quarter of its source's length and all of it), as a seq2seq
@@ -515,6 +519,14 @@ def changing_schedule(variant: str, steps: int, s: dict, seed: int) -> list:
     return [shape_schedule(variant, step, steps, s, rng) for step in range(steps)]
 
 
+def forward_backward(name: str, model, inputs, labels, micro: int, amp: bool) -> None:
+    """One micro-batch: its loss (under autocast with `amp`), a share of the step's, and its
+    backward; the loss is freed on return."""
+    with autocast(amp):
+        loss = batch_loss(name, model, inputs, labels) / micro
+    loss.backward()
+
+
 def autocast(amp: bool):
     """Mixed precision on the CPU (bfloat16) when `amp`, else nothing."""
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp)
@@ -555,7 +567,7 @@ def make_optimizer(kind: str, params):
 def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
            keep_json: bool, importer, seed: int = 0, moe_impl: str = "eager",
            optimizer: str = "adamw", amp: bool = False, clip_grad: float | None = None,
-           seq2seq_targets: str = "half") -> dict:
+           seq2seq_targets: str = "half", micro_batches: str = "upfront") -> dict:
     from torch.profiler import ProfilerActivity, profile, schedule
     if amp and not supported(name, variant, amp):
         raise ValueError(f"{name}_{variant}: --amp is not taken by the pipeline variants")
@@ -597,18 +609,22 @@ def record(name: str, variant: str, steps: int, small: bool, out_dir: str,
                 micro = len(shapes)
             else:
                 shapes = [(s["batch"], s["seq"])] * micro
-            for shape in shapes:
+            # lazy: each micro-batch made right before its own forward (a loop that moves each
+            # to the device as it runs it); a pipeline schedule needs them all first
+            lazy = micro_batches == "lazy" and runner is None and stages is None
+            for shape in ([] if lazy else shapes):
                 batches.append(make_batch(name, shape, s, gen, own_target))
             if runner is not None:
                 runner(batches)
             elif stages is not None:
                 one_f_one_b(stages, batches)
+            elif lazy:
+                for shape in shapes:
+                    inputs, labels = make_batch(name, shape, s, gen, own_target)
+                    forward_backward(name, model, inputs, labels, micro, amp)
             else:
                 for inputs, labels in batches:
-                    with autocast(amp):
-                        loss = batch_loss(name, model, inputs, labels) / micro
-                    loss.backward()
-                    del loss
+                    forward_backward(name, model, inputs, labels, micro, amp)
             if clip_grad is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
             opt.step()
@@ -672,6 +688,10 @@ def main(argv=None) -> int:
                          "not for the pipeline variants")
     ap.add_argument("--clip-grad", type=float, default=None, metavar="N",
                     help="clip the gradients' norm to N before each optimizer step")
+    ap.add_argument("--micro-batches", default="upfront", choices=("upfront", "lazy"),
+                    help="upfront (default): a step's micro-batches all made before its first "
+                         "forward; lazy: each right before its own forward (not for the "
+                         "pipeline variants, which take them all first)")
     ap.add_argument("--seq2seq-targets", default="half", choices=("half", "own"),
                     help="t5's target length: half the source's (default), or, in dynpad and "
                          "accumvar, a length of its own per batch (source and target each "
@@ -703,7 +723,7 @@ def main(argv=None) -> int:
             steps = args.changing_steps if variant in CHANGING_VARIANTS else args.steps
             r = record(name, variant, steps, args.small, args.out, keep, importer,
                        args.seed, args.moe_impl, args.optimizer, args.amp, args.clip_grad,
-                       args.seq2seq_targets)
+                       args.seq2seq_targets, args.micro_batches)
             print(json.dumps(r), flush=True)
     return 0
 

@@ -132,6 +132,24 @@ def _second_step(ev):
     return step[step["kind"] == 1]
 
 
+def test_lazy_micro_batches_are_made_each_before_its_forward(make_traces, tmp_path):
+    importer = make_traces._load_importer()
+    steps = {}
+    for how in ("upfront", "lazy"):
+        out = tmp_path / how
+        out.mkdir()
+        make_traces.record("convnet", "accum", 2, True, str(out), False, importer, micro_batches=how)
+        steps[how] = _second_step(np.load(out / "convnet_accum.npz")["events"])["size"].tolist()
+    s = make_traces.sizes(True)
+    r = max(4, s["seq"] // 4)
+    images = s["batch"] * 3 * r * r * 4  # float32 images of side seq / 4
+    where = {how: [i for i, size in enumerate(sizes) if size == images] for how, sizes in steps.items()}
+    # both micro-batches' images first, or the second only after the first's forward and backward
+    assert where["upfront"][:2] == [0, 2]
+    assert where["lazy"][0] == 0 and where["lazy"][1] > len(steps["lazy"]) // 4
+    assert sorted(steps["upfront"]) == sorted(steps["lazy"])  # the same requests, in another order
+
+
 def test_mixed_precision_and_clipping_shape_the_recorded_step(make_traces, tmp_path):
     importer = make_traces._load_importer()
     runs = {}
