@@ -125,10 +125,12 @@ static size_t learn_change(kind_shape* k, const uint64_t* was_sizes, const uint6
     /* the rules it had that still hold; else those that explain this change and, if some
      * do, the change before it too (a position that followed the target length alone, then
      * the source length alone, follows their product) */
-    uint16_t rules = had && had != SAME_RULE ? had & rules_holding(k, was, now, was_sizes, sizes) : 0;
+    bool has_rules = had && had != SAME_RULE;
+    uint16_t holding = has_rules || was != now ? rules_holding(k, was, now, was_sizes, sizes) : 0;
+    uint16_t rules = has_rules ? had & holding : 0;
     if (!rules && was == now) rules = SAME_RULE;
     if (!rules) {
-      rules = rules_holding(k, was, now, was_sizes, sizes);
+      rules = holding;
       uint16_t both = k->has_prior ? rules & rules_holding(k, k->prior[j], was, k->prior, was_sizes) : 0;
       if (both) rules = both;
     }

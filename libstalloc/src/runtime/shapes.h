@@ -1,8 +1,9 @@
 /* shapes.h - each position's request size as a function of the step's shape (shapes.c): under
  * dynamic padding, a curriculum or a batch ramp, a step has the same allocs as the step before
  * of its kind, each scaled by the tokens of its batch (or of one of its micro-batches, or by
- * both the source and the target tokens of an encoder-decoder) or not at all. Learned from the steps so far, so the layout hints can place a step whose shape no
- * step had before. Not thread-safe: the hints call it with the allocator's lock held. */
+ * both the source and the target tokens of an encoder-decoder) or not at all. Learned from the
+ * steps so far, so the layout hints can place a step whose shape no step had before. Not
+ * thread-safe: the hints call it with the allocator's lock held. */
 #ifndef STALLOC_SHAPES_H
 #define STALLOC_SHAPES_H
 

@@ -1,8 +1,8 @@
 /* test_shapes.c - each position's size as a function of the step's keys: rules learned from two
- * steps whose shapes differ (same, linear, square, a product of two keys, none), key positions (one per micro-batch
- * padded to its own length), exact predictions for a shape never seen, a kind's first rules
- * learned from the step before of another kind (the warm-up), kinds whose changes no rule
- * explains, and the oldest kind giving its place. */
+ * steps whose shapes differ (same, linear, square, a product of two keys, none), key positions
+ * (one per micro-batch padded to its own length), exact predictions for a shape never seen, a
+ * kind's first rules learned from the step before of another kind (the warm-up), kinds whose
+ * changes no rule explains, and the oldest kind giving its place. */
 #include <string.h>
 
 #include "check.h"
