@@ -179,6 +179,11 @@ ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
   return (ptrdiff_t)learn_change(k, k->size, sizes, n, n);
 }
 
+bool st_shapes_repeats(const st_shapes* s, const uint64_t* sizes, size_t n) {
+  const kind_shape* k = find(s, n);
+  return k && memcmp(sizes, k->size, n * sizeof *sizes) == 0;
+}
+
 size_t st_shapes_key_position(const st_shapes* s, size_t n) {
   const kind_shape* k = find(s, n);
   if (!k || !k->explained || !k->keys) return ST_SHAPE_NONE;

@@ -35,6 +35,10 @@ ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n);
  * rules (from there on the step's sizes can be predicted), else ST_SHAPE_NONE. */
 size_t st_shapes_key_position(const st_shapes* s, size_t n);
 
+/* Whether a step of n allocs with these requested sizes repeats its kind's latest step exactly
+ * (call before st_shapes_learn, which makes it the latest). */
+bool st_shapes_repeats(const st_shapes* s, const uint64_t* sizes, size_t n);
+
 /* The sizes of a step of n allocs whose requests so far (at least up to the last key
  * position) are `asked`, from the kind's latest step: out[j] for every position (a position
  * that follows no rule keeps its size). false: the kind's rules are not known. */

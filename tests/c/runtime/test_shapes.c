@@ -22,13 +22,17 @@ static void learns_and_predicts(void) {
   CHECK(s);
   uint64_t a[N], b[N], want[N], got[N];
   step_at(64, a);
+  CHECK(!st_shapes_repeats(s, a, N)); /* no step of the kind yet */
   st_shapes_learn(s, a, N);
   CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE); /* one step: nothing known */
   CHECK(!st_shapes_predict(s, N, a, got));
+  CHECK(st_shapes_repeats(s, a, N) && !st_shapes_repeats(s, a, N - 1));
   st_shapes_learn(s, a, N); /* the same shape again: still nothing */
   CHECK(st_shapes_key_position(s, N) == ST_SHAPE_NONE);
   step_at(40, b);
+  CHECK(!st_shapes_repeats(s, b, N));
   st_shapes_learn(s, b, N);
+  CHECK(st_shapes_repeats(s, b, N) && !st_shapes_repeats(s, a, N));
   CHECK(st_shapes_key_position(s, N) == 1); /* the first position whose size changed */
   step_at(128, want); /* longer than any step so far */
   CHECK(st_shapes_predict(s, N, want, got));
