@@ -633,7 +633,8 @@ static bool lay_out(hint_job* job, bool holes, bool outliving) {
   job->hinted = replayed_peak(job, job->offsets, n);
   job->hinted_alone = 0;
   if (outliving) place_outliving_last(job, holes);
-  bool with = job->hinted && job->best_fit && (job->hinted < job->best_fit || (job->hinted == job->best_fit && job->followed && job->repeats));
+  bool tie = job->hinted == job->best_fit && job->followed && job->repeats;
+  bool with = job->hinted && job->best_fit && (job->hinted < job->best_fit || tie);
   return (with || (job->hinted_alone && job->best_fit_alone && job->hinted_alone < job->best_fit_alone)) &&
          !layout_at_risk(job, with);
 }
