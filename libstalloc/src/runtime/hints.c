@@ -620,20 +620,23 @@ static bool place_granules_first(hint_job* job, uint64_t* offsets) {
 /* One way of laying the step out, placed around the blocks in use freely or holes first: the
  * layout, its replays, and whether it is kept (it beats best fit on the step it came from, with
  * or without the requests that outlive it, and is not at risk where a step follows it only in
- * part). With them, a tie counts as a win where the step it came from repeated its kind's step
- * before and followed its hints (a quarter of its requests or more): such a layout's replay is
- * what the next step takes, where best fit's only estimates the live pool, whose free blocks
- * differ (the free space under its top, the top that sets which requests go low). Refused on a
- * tie, the demo's dense run went by best fit every other step and its third step took a
- * granule more than the layout's replay. Not for steps that change (dynamic padding drawn in
- * no fixed order lost two granules): docs/online.md, "Ties". */
+ * part). With them, a tie counts as a win where the step it came from followed its hints (a
+ * quarter of its requests or more) and the next step is expected to ask its sizes: it repeated
+ * its kind's step before exactly, or no step of the run has changed where no rule says and the
+ * layout has the step's own sizes, not sizes the rules foretold. Such a layout's replay is what
+ * the next step takes, where best fit's only estimates the live pool, whose free blocks differ
+ * (the free space under its top, the top that sets which requests go low). Refused on a tie,
+ * the demo's dense run went by best fit every other step and its third step took a granule
+ * more than the layout's replay. Not after steps of foretold sizes (dynamic padding drawn in no
+ * fixed order lost two granules): docs/online.md, "Ties". */
 static bool lay_out(hint_job* job, bool holes, bool outliving) {
   size_t n = job->requests;
   if (!(holes ? place_in_holes(job, job->offsets) : place_all(job, job->offsets))) return false;
   job->hinted = replayed_peak(job, job->offsets, n);
   job->hinted_alone = 0;
   if (outliving) place_outliving_last(job, holes);
-  bool tie = job->hinted == job->best_fit && job->followed && job->repeats;
+  bool expected = job->repeats || (!job->predicted && !job->changed); /* the next step asks these sizes */
+  bool tie = job->hinted == job->best_fit && job->followed && expected;
   bool with = job->hinted && job->best_fit && (job->hinted < job->best_fit || tie);
   return (with || (job->hinted_alone && job->best_fit_alone && job->hinted_alone < job->best_fit_alone)) &&
          !layout_at_risk(job, with);
