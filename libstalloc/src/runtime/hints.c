@@ -108,7 +108,6 @@ struct st_hints {
   uint64_t made, kept;   /* layouts finished, and kept */
   double longest, total; /* seconds they took */
   size_t most;           /* the most requests a step made so far */
-  bool repeats;          /* the step that ended asked the sizes of its kind's step before */
 };
 
 static void start_pending(st_hints* h);
@@ -896,7 +895,6 @@ static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* s
   job->count = count;
   job->alignment = h->alignment;
   job->followed = n && (size_t)h->hits * 4 >= n; /* read here: a pending job starts in the next step */
-  job->repeats = h->repeats;
   return job;
 }
 
@@ -950,7 +948,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   }
   free_job(h->pending); /* the step had no request at its key position */
   h->pending = NULL;
-  h->repeats = !h->spoiled && st_shapes_repeats(h->shapes, h->asked, h->n);
+  bool repeats = !h->spoiled && st_shapes_repeats(h->shapes, h->asked, h->n); /* before it is learned */
   if (!h->spoiled) {
     ptrdiff_t unexplained = st_shapes_learn(h->shapes, h->asked, h->n);
     if (unexplained >= 2) h->changed++; /* hints stop at their second miss */
@@ -958,7 +956,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   }
   hint_job* job = starts && st_hints_wants_layout(h) ? make_job(h, starts, sizes, tags, count) : NULL;
   h->most = ST_MAX(h->most, h->n);
-  if (job) job->most = h->most;
+  if (job) job->most = h->most, job->repeats = repeats;
   size_t key = job && expected == h->n ? st_shapes_key_position(h->shapes, h->n) : ST_SHAPE_NONE;
   if (key != ST_SHAPE_NONE) { /* started at the next step's key position */
     h->pending = job;
