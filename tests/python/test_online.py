@@ -1026,3 +1026,22 @@ def test_a_run_whose_peak_is_the_optimizers_update():
     rows, how = compare(t)
     assert how["plan_row"] == "stalloc-saved-plan" and how["saved"]
     assert rows[-1]["waste"] <= 0.05 * pytorch
+
+
+def test_the_fold_estimate_pairs_only_granules_used_at_disjoint_offsets():
+    # bench/estimate_granule_folds.py (docs/online.md, "Where it stands", item 8): two granules
+    # used in part pair up only where their used offsets are disjoint; a whole granule never.
+    est = bench_script("estimate_granule_folds")
+    G = est.GRANULE
+    low, high = (0, G // 4), (G // 2, G // 2 + G // 8)
+    use = est.granule_use([low, (G + high[0], high[1] - high[0])])
+    assert use == {0: [(0, G // 4)], 1: [(G // 2, G // 2 + G // 8)]}
+    assert est.fold_pairs(use) == 1
+    assert est.fold_pairs(est.granule_use([(0, G // 2), (G, G // 2)])) == 0  # same offsets
+    assert est.fold_pairs(est.granule_use([(0, G), (G + G // 2, G // 4)])) == 0  # one is whole
+    # three granules, each pair disjoint: one pair, the third left alone
+    third = est.granule_use([(0, G // 4), (G + G // 4, G // 4), (2 * G + G // 2, G // 4)])
+    assert est.fold_pairs(third) == 1
+    # on a recorded run the estimate never exceeds the waste it starts from
+    most, touched, folded = est.estimate(TRACES / "changing" / "llama_ramp.npz", 256)
+    assert most <= folded <= touched
