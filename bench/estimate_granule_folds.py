@@ -1,4 +1,4 @@
-"""What folding partly used granules could save: an estimate for a design not built yet.
+"""What folding partly used granules could save: an upper bound, for a design not kept.
 
 The growable pool maps CUDA memory in 2 MiB granules, and on runs of a few GiB most of its
 waste is granules that live blocks use only in part (docs/online.md, "Where it stands", item 8).
@@ -14,7 +14,9 @@ byte ranges (offsets within the granule) are disjoint, matched greedily (the gra
 fewest partners first), each pair one granule fewer. The run's estimate is the most over those
 moments of touched granules less pairs. It keeps every address where the pool put it, folds only
 pairs, and matches each moment afresh, where a real fold lasts while its blocks live; so it is
-an estimate of what is there to take, not a result.
+an estimate of what is there to take, not a result. Two ways of folding were built and
+measured against it and neither was kept (docs/online.md, "Where it stands", item 8): a
+fold's granule comes back at any later peak that would have filled the bytes it joined.
 
     python bench/estimate_granule_folds.py --traces DIR [DIR ...] [--scale K]
 """
