@@ -1008,6 +1008,16 @@ static st_arena_block* grow_top(st_arena* a, bool last_free, uint64_t end, uint6
   return b;
 }
 
+/* Granules of [start, start + need), inside a free block, that no live block touches: only the
+ * first and the last can be shared, with the neighbours below and above. */
+static uint64_t untouched_in(const st_arena* a, uint64_t start, uint64_t need) {
+  size_t first = start / a->granule, last = (start + need - 1) / a->granule;
+  uint64_t n = last - first + 1;
+  n -= first < a->granules && a->refs[first];
+  n -= last != first && last < a->granules && a->refs[last];
+  return n;
+}
+
 /* Where in free block b (not at the top) a block of `need` bytes starts: at b's start, unless
  * the block is a whole number of granules and b has room to put it on a granule boundary. There
  * it holds exactly its own granules, and all of them come back when it is freed; one that
@@ -1015,10 +1025,19 @@ static st_arena_block* grow_top(st_arena* a, bool last_free, uint64_t end, uint6
  * freed that granule stays mapped for a few bytes (best fit packs from a hole's start, and a
  * hole starts wherever its neighbour ended). Of the two boundaries (the block begins on the
  * first one in b, or ends on the last one), the one that leaves the smaller gap. Measured on
- * recorded runs (docs/online.md, "Blocks on granule boundaries"). */
+ * recorded runs (docs/online.md, "Blocks on granule boundaries").
+ * A block of other sizes goes against b's end rather than its start when that touches fewer
+ * granules no live block touches: the block above shares its granule with it, where from the
+ * start that granule would stay partly used for as long as the block above lives (weights and
+ * optimizer state made where freed activations were). The start wins a tie, as best fit.
+ * docs/online.md, "Against the block above". */
 static uint64_t start_in(const st_arena* a, const st_arena_block* b, uint64_t need, uint64_t align) {
   uint64_t start = st_align_up(b->start, align), end = b->start + b->size, g = a->granule;
-  if (need % g || start % g == 0) return start;
+  if (need % g) {
+    uint64_t against = (end - need) / align * align; /* b holds need bytes from start */
+    return against > start && untouched_in(a, against, need) < untouched_in(a, start, need) ? against : start;
+  }
+  if (start % g == 0) return start;
   uint64_t low = st_align_up(st_align_up(start, g), align); /* begins on a boundary */
   uint64_t high = end / g * g;                              /* ends on one */
   high = high >= need ? (high - need) / align * align : 0;
