@@ -981,9 +981,9 @@ def test_a_step_the_plan_does_not_hold_leaves_it_for_the_pool():
     # Each miss used to go to the growable pool beside the plan's region while the hits held the
     # region's granules: the pool grew from 2,406 to 2,458 MiB (65.31 MiB of waste, where the
     # pool alone wastes 13.31). Once 64 of a step's requests went to the pool, one for every
-    # eight hits or more, the pool serves the rest of it: 2,414 MiB (21.31). Since stop 52 a
-    # block may go against the block above in its hole (arena.c, start_in), which costs this
-    # step two granules more, as it costs the pool alone three (2,414 and 21.31 MiB there).
+    # eight hits or more, the pool serves the rest of it: 2,414 MiB (21.31 MiB of waste). Since
+    # stop 52 a block may go against the block above in its hole (arena.c, start_in), which
+    # costs this step two granules (2,418 MiB, 25.31) and the pool alone four (21.31 MiB there).
     bench = bench_online()
     t = bench.steps_in_order(stalloc.load_trace(TRACES / "foreach" / "mixtral_1f1b_m8.npz"), [3, 3, 3, 1]).scaled(256)
     r = replay(t, online=True)
