@@ -565,9 +565,10 @@ def test_layouts_fill_the_holes_between_the_blocks_in_use_first(name, granules_o
     # its lower bound in whole granules (2.88 MiB of waste before, 0.88), gpt2_ramp a granule
     # over it (6.49 before, 2.49), gpt2_plain its bound too (4.49 before; 2.49 until a lone
     # request that outlives the warm-up was laid out with the step rather than last).
-    # llama_accum is a granule over its bound again since stop 52: its warm-up's optimizer
-    # state now goes against the block above in its hole where that touches fewer free
-    # granules (arena.c, start_in), a gradient that is freed before the peak.
+    # llama_accum is a granule over its bound again since stop 52, when a block may go against
+    # the block above in its hole where that touches fewer free granules (arena.c, start_in):
+    # on llama_plain that put the warm-up's optimizer state against gradients freed before the
+    # peak.
     t = scaled_trace("changing/" + name if name == "gpt2_ramp.npz" else name, 256)
     r = replay(t, online=True)
     assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t) + granules_over_floor * 2 * MiB
