@@ -2,8 +2,8 @@
  * steps whose shapes differ (same, linear, square, a product of two keys, none), key positions
  * (one per micro-batch padded to its own length), exact predictions for a shape never seen, a
  * kind's first rules learned from the step before of another kind (the warm-up, by position and
- * end against end), kinds whose changes no rule explains, and the oldest kind giving its
- * place. */
+ * end against end), kinds whose
+ * changes no rule explains, and the oldest kind giving its place. */
 #include <string.h>
 
 #include "check.h"
