@@ -114,53 +114,36 @@ static kind_shape* add_kind(st_shapes* s, const uint64_t* sizes, size_t n) {
   return k;
 }
 
-/* The rules of position j, which was `was` and is `now` (the sizes of the two steps by position,
- * for the keys, are was_sizes and sizes); may make j a key. 0: none explains the change. */
-static uint16_t learn_position(kind_shape* k, size_t j, uint64_t was, uint64_t now, const uint64_t* was_sizes,
-                               const uint64_t* sizes) {
-  uint16_t had = k->rules[j];
-  if (had == SAME_RULE && was == now) return had;
-  /* the rules it had that still hold; else those that explain this change and, if some
-   * do, the change before it too (a position that followed the target length alone, then
-   * the source length alone, follows their product) */
-  bool has_rules = had && had != SAME_RULE;
-  uint16_t holding = has_rules || was != now ? rules_holding(k, was, now, was_sizes, sizes) : 0;
-  uint16_t rules = has_rules ? had & holding : 0;
-  if (!rules && was == now) rules = SAME_RULE;
-  if (!rules) {
-    rules = holding;
-    uint16_t both = k->has_prior ? rules & rules_holding(k, k->prior[j], was, k->prior, was_sizes) : 0;
-    if (both) rules = both;
-  }
-  if (!rules && k->keys < KEYS && j < EARLY) { /* a key: what follows may follow it */
-    k->key[k->keys] = j;
-    rules = (uint16_t)(1u << (LINEAR + k->keys++));
-  }
-  return rules;
-}
-
-/* Learns the rules of positions [from, to) of kind k from a step whose sizes were `was_sizes`
- * (was_n of them): position j against the step before's j + shift, unexplained where that has
- * none. Returns the positions no rule explains. */
-static size_t learn_positions(kind_shape* k, const uint64_t* was_sizes, size_t was_n, const uint64_t* sizes,
-                              size_t from, size_t to, ptrdiff_t shift) {
-  size_t unexplained = 0;
-  for (size_t j = from; j < to; j++) {
-    ptrdiff_t i = (ptrdiff_t)j + shift;
-    uint16_t rules = i >= 0 && (size_t)i < was_n ? learn_position(k, j, was_sizes[i], sizes[j], was_sizes, sizes) : 0;
+/* Learns the rules of kind k (n allocs) from a step whose sizes by position were `was_sizes` to
+ * one where they are `sizes`, over the first `common` positions (the others are unexplained). */
+static size_t learn_change(kind_shape* k, const uint64_t* was_sizes, const uint64_t* sizes, size_t n, size_t common) {
+  size_t unexplained = n - common;
+  for (size_t j = 0; j < common; j++) {
+    uint64_t was = was_sizes[j], now = sizes[j];
+    uint16_t had = k->rules[j];
+    if (had == SAME_RULE && was == now) continue;
+    /* the rules it had that still hold; else those that explain this change and, if some
+     * do, the change before it too (a position that followed the target length alone, then
+     * the source length alone, follows their product) */
+    bool has_rules = had && had != SAME_RULE;
+    uint16_t holding = has_rules || was != now ? rules_holding(k, was, now, was_sizes, sizes) : 0;
+    uint16_t rules = has_rules ? had & holding : 0;
+    if (!rules && was == now) rules = SAME_RULE;
+    if (!rules) {
+      rules = holding;
+      uint16_t both = k->has_prior ? rules & rules_holding(k, k->prior[j], was, k->prior, was_sizes) : 0;
+      if (both) rules = both;
+    }
+    if (!rules && k->keys < KEYS && j < EARLY) { /* a key: what follows may follow it */
+      k->key[k->keys] = j;
+      rules = (uint16_t)(1u << (LINEAR + k->keys++));
+    }
     unexplained += !rules;
     k->rules[j] = rules;
   }
-  return unexplained;
-}
-
-/* Kind k's step of n allocs, `sizes`, was learned from `was_sizes` with `unexplained` of
- * `judged` positions no rule explains: it becomes the kind's latest. */
-static size_t learned(kind_shape* k, const uint64_t* was_sizes, const uint64_t* sizes, size_t n, size_t unexplained,
-                      size_t judged) {
   /* More than a quarter changed with no rule (sizes an MoE gate routes): the kind's next shape
    * is not foretold, as the hints stop when more than a quarter of them miss. */
-  k->explained = unexplained <= judged / 4;
+  k->explained = unexplained <= n / 4;
   k->has_prior = was_sizes == k->size; /* a change within the kind, not from the step before */
   if (k->has_prior) {
     uint64_t* t = k->prior;
@@ -169,35 +152,6 @@ static size_t learned(kind_shape* k, const uint64_t* was_sizes, const uint64_t* 
   }
   memcpy(k->size, sizes, n * sizeof *sizes);
   return unexplained;
-}
-
-/* The first step of kind k (n allocs), `sizes`, learns from the step before, of another kind
- * with nearly as many allocs. The warm-up step is a training step with the optimizer's state
- * made in its midst: the two agree by position up to there, and from there on with each
- * other's end, where the sizes (the optimizer's update) do not follow the shape. So their
- * common end, when it explains more positions than comparing those by position does, is
- * learned end against end, and the positions between the two parts (the new step's own, where
- * it has more) are unexplained. */
-static void learn_from_before(kind_shape* k, const kind_shape* before, const uint64_t* sizes, size_t n) {
-  const uint64_t* was = before->size;
-  size_t was_n = before->n, both = ST_MIN(n, was_n), tail = 0;
-  while (tail < both && sizes[n - 1 - tail] == was[was_n - 1 - tail]) tail++;
-  size_t head = ST_MIN(n - tail, was_n - tail); /* by position either way */
-  size_t unexplained = learn_positions(k, was, was_n, sizes, 0, head, 0);
-  size_t by_position = 0;
-  for (size_t j = head; j < both; j++)
-    by_position += was[j] == sizes[j] || rules_holding(k, was[j], sizes[j], was, sizes);
-  /* the common end, equal by construction, says nothing of how well the rest lines up (a step
-   * of a larger batch with an extra request among its first lines up nowhere by position): the
-   * rest alone is judged */
-  if (tail > by_position) {
-    unexplained += learn_positions(k, was, 0, sizes, head, n - tail, 0);
-    unexplained += learn_positions(k, was, was_n, sizes, n - tail, n, (ptrdiff_t)was_n - (ptrdiff_t)n);
-    learned(k, was, sizes, n, unexplained, n - tail);
-  } else {
-    unexplained += learn_positions(k, was, was_n, sizes, head, n, 0);
-    learned(k, was, sizes, n, unexplained, n);
-  }
 }
 
 ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
@@ -213,15 +167,16 @@ ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
     for (int i = 0; i < KINDS; i++)
       if (s->kinds[i].n && s->kinds[i].seen + 1 == s->clock) before = &s->kinds[i];
     if (before && !st_shapes_near(n, before->n)) before = NULL;
+    size_t common = before ? ST_MIN(n, before->n) : 0;
     /* add_kind gives the place of the kind seen longest ago: never the one seen last */
     if (!(k = add_kind(s, sizes, n))) return -1;
     k->seen = s->clock;
-    if (before) learn_from_before(k, before, sizes, n);
+    if (before) learn_change(k, before->size, sizes, n, common);
     return -1;
   }
   k->seen = s->clock;
   if (memcmp(sizes, k->size, n * sizeof *sizes) == 0) return 0; /* the same shape: nothing to learn */
-  return (ptrdiff_t)learned(k, k->size, sizes, n, learn_positions(k, k->size, n, sizes, 0, n, 0), n);
+  return (ptrdiff_t)learn_change(k, k->size, sizes, n, n);
 }
 
 bool st_shapes_repeats(const st_shapes* s, const uint64_t* sizes, size_t n) {

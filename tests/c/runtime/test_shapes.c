@@ -1,8 +1,7 @@
 /* test_shapes.c - each position's size as a function of the step's keys: rules learned from two
  * steps whose shapes differ (same, linear, square, a product of two keys, none), key positions
  * (one per micro-batch padded to its own length), exact predictions for a shape never seen, a
- * kind's first rules learned from the step before of another kind (the warm-up, by position and
- * end against end), kinds whose
+ * kind's first rules learned from the step before of another kind (the warm-up), kinds whose
  * changes no rule explains, and the oldest kind giving its place. */
 #include <string.h>
 
@@ -161,52 +160,6 @@ static void the_first_step_of_a_kind_learns_from_the_step_before(void) {
   st_shapes_destroy(s);
 }
 
-/* A training step whose end (the optimizer's update) keeps its sizes whatever the shape, at
- * `tokens`; its warm-up makes the optimizer's state between the backward pass and the update. */
-#define UPDATE 12
-static void step_with_update(uint64_t tokens, uint64_t* sizes) {
-  step_at(tokens, sizes);
-  for (int j = 0; j < UPDATE; j++) sizes[N + j] = 1000 * (uint64_t)(j + 1) + 8;
-}
-
-static void warm_up_at(uint64_t tokens, uint64_t* sizes) {
-  step_at(tokens, sizes);
-  for (int j = 0; j < 5; j++) sizes[N + j] = 8192 * (uint64_t)(j + 1); /* the state */
-  for (int j = 0; j < UPDATE; j++) sizes[N + 5 + j] = 1000 * (uint64_t)(j + 1) + 8;
-}
-
-/* The warm-up and the first training step agree by position up to the state, and end against
- * end after it: the second training step is foretold (by position alone, the update's
- * positions all compare with others and the kind is not). */
-static void the_step_before_is_learned_end_against_end(void) {
-  st_shapes* s = st_shapes_create();
-  uint64_t warm[N + 5 + UPDATE], a[N + UPDATE], want[N + UPDATE], got[N + UPDATE];
-  warm_up_at(64, warm);
-  st_shapes_learn(s, warm, N + 5 + UPDATE);
-  step_with_update(40, a);
-  st_shapes_learn(s, a, N + UPDATE);
-  CHECK(st_shapes_key_position(s, N + UPDATE) == 1);
-  step_with_update(128, want);
-  CHECK(st_shapes_predict(s, N + UPDATE, want, got) && memcmp(got, want, sizeof got) == 0);
-  st_shapes_destroy(s);
-
-  /* state made after the update: by position, as before, even where one size at the end
-   * happens to be the same (the last state block is the size of the step's last block) */
-  s = st_shapes_create();
-  uint64_t late[N + UPDATE + 1];
-  step_with_update(64, late);
-  step_with_update(40, a);
-  a[N + UPDATE - 1] = 512 * 40 * 99; /* follows the tokens */
-  late[N + UPDATE - 1] = 512 * 64 * 99;
-  late[N + UPDATE] = a[N + UPDATE - 1];
-  st_shapes_learn(s, late, N + UPDATE + 1);
-  st_shapes_learn(s, a, N + UPDATE);
-  step_with_update(128, want);
-  want[N + UPDATE - 1] = 512 * 128 * 99;
-  CHECK(st_shapes_predict(s, N + UPDATE, want, got) && memcmp(got, want, sizeof got) == 0);
-  st_shapes_destroy(s);
-}
-
 /* An MoE gate routes other sizes at most positions each step: no rule explains the change, so
  * the kind's next shape is not foretold. */
 static void unexplained_kinds_are_not_predicted(void) {
@@ -259,7 +212,6 @@ int main(void) {
   one_key_per_micro_batch();
   cross_attention_follows_the_product_of_two_keys();
   the_first_step_of_a_kind_learns_from_the_step_before();
-  the_step_before_is_learned_end_against_end();
   unexplained_kinds_are_not_predicted();
   the_oldest_kind_gives_its_place();
   return 0;
