@@ -524,6 +524,29 @@ def test_a_foretold_layout_after_a_followed_step_is_kept():
     assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t) + 2 * 2 * MiB
 
 
+def test_the_warm_ups_micro_batches_foretell_the_first_training_step():
+    # Gradient accumulation over two micro-batches padded each on its own, mixed precision,
+    # x256: the run's peak is its first training step, a kind never seen, whose lengths no step
+    # had. The warm-up's second micro-batch makes the first's requests at its own length, so
+    # the warm-up alone teaches each position's rule and the first training step comes
+    # foretold (stop 53: 7.00 MiB of waste, the lower bound's floor and three granules; 35.00
+    # without, placed by best fit).
+    t = scaled_trace("amp/bert_accumvar.npz", 256)
+    r = replay(t, online=True)
+    assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t) + 4 * 2 * MiB
+
+
+def test_a_step_does_not_rest_for_another_kinds_foretold_misses():
+    # The same loop under AdamW foreach, x256, peaks at its second training step. The first
+    # follows the warm-up's foretold layout until the warm-up made its optimizer state, and
+    # misses there; the second, with a foretold layout of its own kind, still takes it rather
+    # than resting as the warm-up's kind does (2.96 MiB of waste, the floor and a granule; 18.96
+    # when it rested).
+    t = scaled_trace("foreach/bert_accumvar.npz", 256)
+    r = replay(t, online=True)
+    assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t) + 2 * 2 * MiB
+
+
 def scaled_trace(name: str, k: int) -> Trace:
     return stalloc.load_trace(TRACES / name).scaled(k)
 

@@ -975,8 +975,10 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   if (h->active >= 0 && h->sets[h->active].skip) { /* its hints stopped in its last steps */
     h->sets[h->active].skip--;
     /* sizes foretold by the rules, when they come, still serve a step that rests because
-     * hints made without them missed, or because its kind's sizes changed with no rule */
-    h->resting = h->sets[h->active].foretold_missed;
+     * hints made without them missed, or because its kind's sizes changed with no rule; and
+     * a step served by another kind's hints (its own kind has none yet: the first training
+     * step after the warm-up's) does not rest because those, foretold, missed */
+    h->resting = k >= 0 && h->sets[h->active].foretold_missed;
     h->active = -1;
   } else {
     h->resting = false;

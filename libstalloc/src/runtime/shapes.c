@@ -154,6 +154,75 @@ static size_t learn_change(kind_shape* k, const uint64_t* was_sizes, const uint6
   return unexplained;
 }
 
+/* How a micro-batch's request of size a relates to its like of size b in the next micro-batch,
+ * whose input ids are ka and kb bytes: the same size (0), proportional (1), to the square (2),
+ * or none (-1). */
+static int mirrored(uint64_t a, uint64_t b, uint64_t ka, uint64_t kb) {
+  if (a == b) return 0;
+  unsigned __int128 x = (unsigned __int128)a * kb, y = (unsigned __int128)b * ka;
+  if (x == y) return 1;
+  if (ka >> 32 || kb >> 32) return -1;
+  return x * kb == y * ka ? 2 : -1;
+}
+
+#define MIRROR_PROBE 8      /* requests after the keys a shift must explain before it is weighed */
+#define MIRROR_MAX 16384    /* allocs of a step searched for micro-batches */
+#define MIRROR_WEIGHED 256  /* shifts weighed in full, at most: the search stays linear */
+
+/* A step seen once may already teach its kind's rules: under gradient accumulation each
+ * micro-batch makes the requests of the one before it, at its own length (the warm-up step's
+ * micro-batches, padded each on its own). Two positions among the first requests whose sizes
+ * differ (the micro-batches' input ids, made first) and a stretch after them repeated a fixed
+ * number of positions on, each request the same size or scaled as the two keys are, give each
+ * position of the two stretches its rule against its own micro-batch's key; the others keep
+ * their size. Taken only where the stretches hold a quarter of the step or more, explain at
+ * least 7/8 of their positions and some of them scale (equal micro-batches teach nothing). */
+static void learn_within(kind_shape* k, const uint64_t* w, size_t n) {
+  if (n > MIRROR_MAX) return;
+  size_t best_p = 0, best_q = 0, best_d = 0, best_matched = 0, weighed = 0;
+  for (size_t p = 0; p < EARLY && p < n; p++)
+    for (size_t q = p + 1; q < EARLY && q < n; q++) {
+      if (w[p] == w[q] || !w[p] || !w[q]) continue;
+      size_t from = q + 1;
+      for (size_t d = MIRROR_PROBE; from + 2 * d <= n; d++) {
+        int probe = 0; /* the first requests after the keys all match, and some scale */
+        for (size_t j = from; j < from + MIRROR_PROBE && probe >= 0; j++) {
+          int m = mirrored(w[j], w[j + d], w[p], w[q]);
+          probe = m < 0 ? -1 : probe + (m > 0);
+        }
+        if (probe <= 0) continue;
+        if (++weighed > MIRROR_WEIGHED) goto chosen;
+        size_t matched = 0, scaled = 0;
+        for (size_t j = from; j < from + d; j++) {
+          int m = mirrored(w[j], w[j + d], w[p], w[q]);
+          matched += m >= 0;
+          scaled += m > 0;
+        }
+        /* the stretches hold a quarter of the step or more: the rest keeps its size */
+        if (8 * matched >= 7 * d && scaled >= MIRROR_PROBE && 8 * d >= n && matched > best_matched)
+          best_p = p, best_q = q, best_d = d, best_matched = matched;
+      }
+    }
+chosen:
+  if (!best_d) return;
+  size_t from = best_q + 1, unexplained = 0;
+  k->keys = 2;
+  k->key[0] = best_p;
+  k->key[1] = best_q;
+  for (size_t j = 0; j < n; j++) k->rules[j] = SAME_RULE;
+  k->rules[best_p] = (uint16_t)(1u << LINEAR);
+  k->rules[best_q] = (uint16_t)(1u << (LINEAR + 1));
+  for (size_t j = from; j < from + best_d; j++) {
+    int m = mirrored(w[j], w[j + best_d], w[best_p], w[best_q]);
+    uint16_t first = m == 1 ? (uint16_t)(1u << LINEAR) : m == 2 ? (uint16_t)(1u << SQUARE) : m == 0 ? SAME_RULE : 0;
+    uint16_t second = m == 1 ? (uint16_t)(1u << (LINEAR + 1)) : m == 2 ? (uint16_t)(1u << (SQUARE + 1)) : first;
+    k->rules[j] = first;
+    k->rules[j + best_d] = second;
+    unexplained += m < 0 ? 2 : 0;
+  }
+  k->explained = unexplained <= n / 4;
+}
+
 ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
   if (!s || !n) return -1;
   s->clock++;
@@ -172,6 +241,7 @@ ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n) {
     if (!(k = add_kind(s, sizes, n))) return -1;
     k->seen = s->clock;
     if (before) learn_change(k, before->size, sizes, n, common);
+    if (!k->explained || !k->keys) learn_within(k, sizes, n);
     return -1;
   }
   k->seen = s->clock;

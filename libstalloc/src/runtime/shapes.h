@@ -26,9 +26,11 @@ static inline bool st_shapes_near(size_t a, size_t b) { return 4 * ST_MIN(a, b) 
  * follows the step's keys (positions among its first 16 whose size changed where no key before
  * explains it: a micro-batch's input ids). The first step of a kind learns from the step just
  * before when that one has at least 3/4 as many allocs as the larger of the two (the warm-up
- * step, where the optimizer makes its state), position by position. Returns the positions
- * whose change no rule explains, after learning (0: the kind's step before repeated, or changed
- * only as the rules say), or -1 for the first step of its kind (nothing to compare with). */
+ * step, where the optimizer makes its state), position by position; a first step that teaches
+ * nothing so learns from itself when its micro-batches repeat one another at their own
+ * lengths (gradient accumulation). Returns the positions whose change no rule explains, after
+ * learning (0: the kind's step before repeated, or changed only as the rules say), or -1 for
+ * the first step of its kind (nothing to compare with). */
 ptrdiff_t st_shapes_learn(st_shapes* s, const uint64_t* sizes, size_t n);
 
 /* The last key position of the kind of n allocs, once its steps' changes are explained by

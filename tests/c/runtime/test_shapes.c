@@ -1,8 +1,9 @@
 /* test_shapes.c - each position's size as a function of the step's keys: rules learned from two
  * steps whose shapes differ (same, linear, square, a product of two keys, none), key positions
  * (one per micro-batch padded to its own length), exact predictions for a shape never seen, a
- * kind's first rules learned from the step before of another kind (the warm-up), kinds whose
- * changes no rule explains, and the oldest kind giving its place. */
+ * kind's first rules learned from the step before of another kind (the warm-up) or from its
+ * own micro-batches, kinds whose changes no rule explains, and the oldest kind giving its
+ * place. */
 #include <string.h>
 
 #include "check.h"
@@ -160,6 +161,46 @@ static void the_first_step_of_a_kind_learns_from_the_step_before(void) {
   st_shapes_destroy(s);
 }
 
+/* A warm-up step under gradient accumulation over two micro-batches padded each on its own:
+ * both input ids first, then each micro-batch's requests at its own length (a stretch of
+ * STRETCH), then the optimizer's state. */
+#define STRETCH 24
+#define ACCUM (2 + 2 * STRETCH + 6)
+static void accumulating_step(uint64_t first, uint64_t second, uint64_t* sizes) {
+  sizes[0] = 8 * first;
+  sizes[1] = 8 * second;
+  for (int m = 0; m < 2; m++) {
+    uint64_t t = m ? second : first;
+    for (int j = 0; j < STRETCH; j++) {
+      uint64_t* at = &sizes[2 + m * STRETCH + j];
+      *at = j % 4 == 3 ? 65536 * (uint64_t)(j + 1) : 512 * t * (uint64_t)(j + 1); /* gradients, activations */
+      if (j == 5) *at = 4 * t * t;                                              /* attention scores */
+    }
+  }
+  for (int j = 0; j < 6; j++) sizes[2 + 2 * STRETCH + j] = 8192 * (uint64_t)(j + 1); /* state */
+}
+
+/* Its first step already teaches the kind's rules: the second micro-batch repeats the first's
+ * requests at its own length, so a step of that kind at other lengths is foretold. Micro-batches
+ * of one length teach nothing (nothing tells a size that follows the length from one that does
+ * not). */
+static void micro_batches_of_one_step_teach_its_rules(void) {
+  st_shapes* s = st_shapes_create();
+  uint64_t warm[ACCUM], want[ACCUM], got[ACCUM];
+  accumulating_step(56, 54, warm);
+  CHECK(st_shapes_learn(s, warm, ACCUM) == -1);
+  CHECK(st_shapes_key_position(s, ACCUM) == 1);
+  accumulating_step(28, 64, want);
+  CHECK(st_shapes_predict(s, ACCUM, want, got) && memcmp(got, want, sizeof got) == 0);
+  st_shapes_destroy(s);
+
+  s = st_shapes_create();
+  accumulating_step(56, 56, warm);
+  st_shapes_learn(s, warm, ACCUM);
+  CHECK(st_shapes_key_position(s, ACCUM) == ST_SHAPE_NONE && !st_shapes_predict(s, ACCUM, want, got));
+  st_shapes_destroy(s);
+}
+
 /* An MoE gate routes other sizes at most positions each step: no rule explains the change, so
  * the kind's next shape is not foretold. */
 static void unexplained_kinds_are_not_predicted(void) {
@@ -212,6 +253,7 @@ int main(void) {
   one_key_per_micro_batch();
   cross_attention_follows_the_product_of_two_keys();
   the_first_step_of_a_kind_learns_from_the_step_before();
+  micro_batches_of_one_step_teach_its_rules();
   unexplained_kinds_are_not_predicted();
   the_oldest_kind_gives_its_place();
   return 0;
