@@ -184,7 +184,19 @@ static void learn_within(kind_shape* k, const uint64_t* w, size_t n) {
     for (size_t q = p + 1; q < EARLY && q < n; q++) {
       if (w[p] == w[q] || !w[p] || !w[q]) continue;
       size_t from = q + 1;
-      for (size_t d = MIRROR_PROBE; from + 2 * d <= n; d++) {
+      if (from + 2 * MIRROR_PROBE > n) continue;
+      /* what the request after the keys may be a shift on: the same, or scaled (a cheap test
+       * that rejects most shifts before the probe) */
+      uint64_t same = w[from], linear = 0, square = 0;
+      unsigned __int128 x = (unsigned __int128)same * w[q];
+      if (x % w[p] == 0 && x / w[p] <= UINT64_MAX) linear = (uint64_t)(x / w[p]);
+      if (!(w[p] >> 32 || w[q] >> 32) && (x *= w[q]) % ((unsigned __int128)w[p] * w[p]) == 0 &&
+          x / ((unsigned __int128)w[p] * w[p]) <= UINT64_MAX)
+        square = (uint64_t)(x / ((unsigned __int128)w[p] * w[p]));
+      /* the two stretches hold a quarter of the step or more (the rest keeps its size) */
+      for (size_t d = ST_MAX((size_t)MIRROR_PROBE, (n + 7) / 8); from + 2 * d <= n; d++) {
+        uint64_t b = w[from + d];
+        if (b != same && (b != linear || !linear) && (b != square || !square)) continue;
         int probe = 0; /* the first requests after the keys all match, and some scale */
         for (size_t j = from; j < from + MIRROR_PROBE && probe >= 0; j++) {
           int m = mirrored(w[j], w[j + d], w[p], w[q]);
@@ -198,8 +210,7 @@ static void learn_within(kind_shape* k, const uint64_t* w, size_t n) {
           matched += m >= 0;
           scaled += m > 0;
         }
-        /* the stretches hold a quarter of the step or more: the rest keeps its size */
-        if (8 * matched >= 7 * d && scaled >= MIRROR_PROBE && 8 * d >= n && matched > best_matched)
+        if (8 * matched >= 7 * d && scaled >= MIRROR_PROBE && matched > best_matched)
           best_p = p, best_q = q, best_d = d, best_matched = matched;
       }
     }
