@@ -69,6 +69,8 @@ typedef struct hint_set {
   bool foretold_missed;  /* the kind backs off because foretold hints missed (not because hints
                             made without rules did, nor because sizes changed with no rule) */
   bool served;           /* a step of this kind took these hints and they never stopped */
+  bool* outlived;        /* by position: its block outlived its step in some step of this kind
+                            (NULL: none did yet) */
 } hint_set;
 
 struct st_hints {
@@ -142,6 +144,7 @@ static void join(st_hints* h) {
 static void clear_set(hint_set* s) {
   free(s->offset);
   free(s->size);
+  free(s->outlived);
   *s = (hint_set){0};
 }
 
@@ -206,10 +209,12 @@ static bool adopt(st_hints* h) {
       size[j] = job->items[j].size;
       changed += same && size[j] != was.size[j];
     }
+    bool* outlived = same ? was.outlived : NULL;
+    if (same) h->sets[i].outlived = NULL;
     clear_set(&h->sets[i]);
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
                             same ? was.skip : 0, job->predicted, same && was.foretold_missed,
-                            same && was.served};
+                            same && was.served, outlived};
     /* More than one position in 16 changed size since the kind's step before (an MoE gate
      * routes other sizes each step, a padded length changes) and no rule said how: the next
      * step would follow its hints only in part, and the blocks placed before they stop can
@@ -875,8 +880,13 @@ static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* s
     return NULL;
   }
   uint64_t end = (uint64_t)n + 1; /* what lives past the step lives to its end */
+  /* a position that outlived an earlier step of its kind (a batch kept until another step's
+   * turn) is not taken to be freed within the next one: its bytes may still be in use there */
+  int kind = set_of(h, n);
+  const bool* outlived = kind >= 0 ? h->sets[kind].outlived : NULL;
   for (size_t j = 0; j < n; j++) {
-    uint64_t freed = h->freed_at[j] == LIVE ? end : ST_MAX((uint64_t)h->freed_at[j], (uint64_t)j + 1);
+    uint64_t freed = h->freed_at[j] == LIVE || (outlived && outlived[j]) ? end
+                                                                         : ST_MAX((uint64_t)h->freed_at[j], (uint64_t)j + 1);
     job->items[j] = (st_place_item){j, freed, h->sizes[j], PLACE_FREE};
   }
   uint32_t* goes = predict_frees(h);
@@ -896,6 +906,19 @@ static hint_job* make_job(st_hints* h, const uint64_t* starts, const uint64_t* s
   job->alignment = h->alignment;
   job->followed = n && (size_t)h->hits * 4 >= n; /* read here: a pending job starts in the next step */
   return job;
+}
+
+/* The positions whose blocks the step that ended leaves live, kept by its kind (once one has
+ * hints) for the layouts of its steps to come (make_job). */
+static void note_outliving(st_hints* h) {
+  int kind = h->spoiled ? -1 : set_of(h, h->n);
+  if (kind < 0) return;
+  hint_set* s = &h->sets[kind];
+  for (size_t j = 0; j < h->n; j++) {
+    if (h->freed_at[j] != LIVE) continue;
+    if (!s->outlived && !(s->outlived = calloc(h->n, sizeof *s->outlived))) return;
+    s->outlived[j] = true;
+  }
 }
 
 /* The blocks the step that ended leaves live, for the next step to say when they go. */
@@ -955,6 +978,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
     else if (unexplained >= 0) h->repeated++;
   }
   hint_job* job = starts && st_hints_wants_layout(h) ? make_job(h, starts, sizes, tags, count) : NULL;
+  note_outliving(h);
   h->most = ST_MAX(h->most, h->n);
   if (job) job->most = h->most, job->repeats = repeats;
   size_t key = job && expected == h->n ? st_shapes_key_position(h->shapes, h->n) : ST_SHAPE_NONE;
