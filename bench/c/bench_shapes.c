@@ -8,9 +8,9 @@
  *                  and the second's, each scaled by its own length, then the optimizer's (the
  *                  search finds them)
  *   no structure   sizes drawn at random (a training step without accumulation: nothing found)
- *   worst case     the first half of the step one size and the second half twice it, so that
- *                  most shifts pass the search's first probe and are weighed in full, up to
- *                  its bound of 256
+ *   halves         the first half of the step one size and the second half twice it: most
+ *                  shifts pass the search's first probe and are weighed in full, up to its
+ *                  bound of 256 (and the step is taken for two micro-batches)
  *
  * Each row: 31 runs, each a fresh set of rules and one first step. Usage:
  *   cmake --build build --target bench_shapes && build/bench/c/bench_shapes */
@@ -50,7 +50,7 @@ static void no_structure(uint64_t* w, size_t n) {
   for (size_t j = 0; j < n; j++) w[j] = 512 * (1 + next() % 4096);
 }
 
-static void worst_case(uint64_t* w, size_t n) {
+static void halves(uint64_t* w, size_t n) {
   for (size_t j = 0; j < n; j++) w[j] = j < n / 2 ? 4096 : 8192;
   w[0] = 4096;
   w[1] = 8192;
@@ -79,7 +79,7 @@ int main(void) {
   struct {
     const char* name;
     void (*make)(uint64_t*, size_t);
-  } kinds[] = {{"micro-batches", micro_batches}, {"no structure", no_structure}, {"worst case", worst_case}};
+  } kinds[] = {{"micro-batches", micro_batches}, {"no structure", no_structure}, {"halves", halves}};
   const size_t sizes[] = {1024, 4096, 16384, 65536};
   printf("%-14s %8s %12s %8s\n", "step", "allocs", "median us", "learned");
   for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
