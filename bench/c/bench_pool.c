@@ -22,16 +22,7 @@
 #define BATCH 20000
 #define BATCHES 31
 
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t next(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-static double uniform(void) { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
+static double uniform(void) { return (double)(bench_next() >> 11) * (1.0 / 9007199254740992.0); }
 
 static size_t draw(double small_share) {
   bool small = uniform() < small_share;
@@ -51,13 +42,13 @@ static void row(double small_share, bool online) {
     die(stalloc_allocator_online_start(a, &p), "online_start");
   }
   static void* live[LIVE];
-  rng = 88172645463325252ull;
+  bench_rng = BENCH_SEED;
   for (int i = 0; i < LIVE; i++) die(stalloc_allocator_alloc(a, draw(small_share), 0, 0, &live[i]), "alloc");
   double t[BATCHES];
   for (int b = 0; b < BATCHES; b++) {
     double t0 = now_ns();
     for (int k = 0; k < BATCH; k++) {
-      int i = (int)(next() % LIVE);
+      int i = (int)(bench_next() % LIVE);
       die(stalloc_allocator_free(a, live[i]), "free");
       die(stalloc_allocator_alloc(a, draw(small_share), 0, 0, &live[i]), "alloc");
     }

@@ -23,31 +23,22 @@
 
 #define RUNS 31
 
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t next(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
 static void micro_batches(uint64_t* w, size_t n) {
   const uint64_t first = 384, second = 448; /* the two micro-batches' lengths, in tokens */
   w[0] = first * 8;
   w[1] = second * 8;
   size_t d = (n - 2) * 3 / 8; /* each micro-batch's stretch; the rest is the optimizer's */
   for (size_t j = 0; j < d; j++) {
-    uint64_t base = 512 * (1 + next() % 64);
-    bool scales = next() % 4 != 0; /* activations scale, a weight's gradient does not */
+    uint64_t base = 512 * (1 + bench_next() % 64);
+    bool scales = bench_next() % 4 != 0; /* activations scale, a weight's gradient does not */
     w[2 + j] = scales ? base * first : base;
     w[2 + d + j] = scales ? base * second : base;
   }
-  for (size_t j = 2 + 2 * d; j < n; j++) w[j] = 512 * (1 + next() % 4096);
+  for (size_t j = 2 + 2 * d; j < n; j++) w[j] = 512 * (1 + bench_next() % 4096);
 }
 
 static void no_structure(uint64_t* w, size_t n) {
-  for (size_t j = 0; j < n; j++) w[j] = 512 * (1 + next() % 4096);
+  for (size_t j = 0; j < n; j++) w[j] = 512 * (1 + bench_next() % 4096);
 }
 
 static void halves(uint64_t* w, size_t n) {
