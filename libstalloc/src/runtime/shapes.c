@@ -185,8 +185,9 @@ static void learn_within(kind_shape* k, const uint64_t* w, size_t n) {
       if (w[p] == w[q] || !w[p] || !w[q]) continue;
       size_t from = q + 1;
       if (from + 2 * MIRROR_PROBE > n) continue;
-      /* what the request after the keys may be a shift on: the same, or scaled (a cheap test
-       * that rejects most shifts before the probe) */
+      /* the sizes b for which mirrored(w[from], b, w[p], w[q]) is not -1, worked out once per
+       * pair of keys: comparing each shift's request with them rejects most shifts before the
+       * probe, whose 128-bit products per shift cost three times the search (bench_shapes) */
       uint64_t same = w[from], linear = 0, square = 0;
       unsigned __int128 x = (unsigned __int128)same * w[q];
       if (x % w[p] == 0 && x / w[p] <= UINT64_MAX) linear = (uint64_t)(x / w[p]);
