@@ -594,6 +594,56 @@ def test_a_block_that_outlived_a_step_of_its_kind_keeps_its_bytes_in_later_layou
     assert late and all(hinted == n for n, _, hinted in late), per_step
 
 
+def warm_up_run(layers=20, steps=6) -> Trace:
+    """A training loop whose first step (the warm-up) makes the optimizer's state, two blocks a
+    parameter that live to the end, between the backward pass and the update; the steps after
+    it make the same requests without those."""
+    KiB = 1024
+    e = Events()
+    e.step(0)
+    params = [e.alloc((300 + 40 * (w % 3)) * KiB) for w in range(layers)]
+    for s in range(1, steps + 1):
+        e.step(s)
+        x = e.alloc(256 * KiB)
+        acts = []
+        for layer in range(layers):
+            acts.append(e.alloc((256 + 64 * (layer % 3)) * KiB))
+            t = e.alloc(128 * KiB)
+            e.free(e.alloc(32 * KiB))
+            e.free(t)
+        grads = []
+        for layer, a in reversed(list(enumerate(acts))):
+            e.free(e.alloc(192 * KiB))
+            grads.append(e.alloc((300 + 40 * (layer % 3)) * KiB))
+            e.free(a)
+        e.free(x)
+        if s == 1:  # the optimizer's state, made lazily at its first update
+            for w in range(layers):
+                e.alloc((300 + 40 * (w % 3)) * KiB)
+                e.alloc((300 + 40 * (w % 3)) * KiB)
+        for layer, g in enumerate(grads):  # the update's temporaries, then the gradients let go
+            t1, t2 = e.alloc((96 + 32 * (layer % 3)) * KiB), e.alloc(64 * KiB)
+            t3, t4 = e.alloc(48 * KiB), e.alloc((80 + 16 * layer) * KiB)
+            for t in (t4, t3, t2, t1):
+                e.free(t)
+            e.free(g)
+    e.step(steps + 1)
+    return e.trace()
+
+
+def test_the_first_step_after_the_warm_up_picks_its_layout_up_again_after_the_state():
+    # The first training step follows the warm-up's layout, whose requests after the state
+    # sit 40 positions further on than the step's own. It used to lose its hints there and go
+    # by best fit for the rest of the step (AdamW foreach gpt2_1f1b_recompute at 256x: 8 MiB
+    # more at that step, which set the run's peak). The step's last 8 requests, found as a run
+    # of the layout's sizes, now say where it goes on, and once that shift has held for 16
+    # requests it takes its hints again: it misses only those 24 and the state's place.
+    t = warm_up_run().scaled(8)
+    per_step = per_step_counts(t)
+    n, _, hinted = per_step[2]
+    assert n == per_step[1][0] - 40 and hinted >= n - 24 - 2, per_step
+
+
 def scaled_trace(name: str, k: int) -> Trace:
     return stalloc.load_trace(TRACES / name).scaled(k)
 

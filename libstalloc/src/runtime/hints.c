@@ -6,7 +6,10 @@
  * lifetimes by position) around the blocks in use at the boundary (fixed items: weights,
  * optimizer state), with the planner's constructive placement, which is fast and the same on
  * every machine. The next step's request at position j then goes to the offset position j got,
- * if it has the same size and those bytes are free; else best fit.
+ * if it has the same size and those bytes are free; else best fit. A step that made requests
+ * the layout's step did not, or left some out (the first training step after the warm-up,
+ * which made the optimizer's state), takes position j + shift once its last requests say by
+ * how much (realign.h).
  *
  * Hints are kept per kind of step (steps with the same number of allocs, as in online.c): a
  * step takes the hints of the kind expected next, else the latest; while its first requests
@@ -30,6 +33,7 @@
 #include "plan/place_granules.h"
 #include "runtime/arena.h"
 #include "runtime/hints.h"
+#include "runtime/realign.h"
 #include "runtime/shapes.h"
 
 #define LIVE UINT32_MAX /* freed_at of a block not freed in its step */
@@ -71,6 +75,7 @@ typedef struct hint_set {
   bool served;           /* a step of this kind took these hints and they never stopped */
   bool* outlived;        /* by position: its block outlived its step in some step of this kind
                             (NULL: none did yet) */
+  st_realign* realign;   /* its runs of sizes, made when a step first loses its place in them */
 } hint_set;
 
 struct st_hints {
@@ -94,6 +99,16 @@ struct st_hints {
   bool resting;          /* the step under way goes without hints, foretold ones included: its
                             kind backs off because foretold hints missed */
   uint32_t hits, misses;
+  /* The step's position p takes the active set's position p + shift: a step that made requests
+   * the set's step did not (or the other way round) picks its hints up again after them
+   * (realign.h). trial: a shift on trial for trial_left more requests; missed_bits: whether
+   * each of the last requests missed at the shift, the latest lowest; lost_at: the first miss
+   * since the step began or the shift changed (SIZE_MAX: none); realign_off: the step looks for
+   * no other shift. */
+  ptrdiff_t shift, trial;
+  uint32_t missed_bits, trial_left;
+  size_t lost_at;
+  bool realign_off;
   /* Steps of a kind seen before: those whose sizes repeated the step before of their kind (or
    * changed only as the shape rules foretell), and those that changed at two positions or more
    * with no rule (an MoE gate routing sizes): how likely a step is to follow its hints to the
@@ -114,13 +129,22 @@ struct st_hints {
 
 static void start_pending(st_hints* h);
 
+/* The set that serves the step from here (-1: none), from its position as the step's own. */
+static void take_set(st_hints* h, int i) {
+  h->active = i;
+  h->shift = 0;
+  h->missed_bits = h->trial_left = 0;
+  h->lost_at = SIZE_MAX;
+  h->realign_off = false;
+}
+
 stalloc_status_t st_hints_create(uint64_t alignment, bool wait, st_hints** out) {
   st_hints* h = calloc(1, sizeof *h);
   if (!h) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "hints: no host memory");
   h->alignment = alignment ? alignment : 1;
   h->wait = wait;
   h->step = 1;
-  h->active = -1;
+  take_set(h, -1);
   h->shapes = st_shapes_create(); /* NULL: no host memory, hints without predicted shapes */
   *out = h;
   return STALLOC_OK;
@@ -145,6 +169,7 @@ static void clear_set(hint_set* s) {
   free(s->offset);
   free(s->size);
   free(s->outlived);
+  st_realign_destroy(s->realign);
   *s = (hint_set){0};
 }
 
@@ -214,7 +239,7 @@ static bool adopt(st_hints* h) {
     clear_set(&h->sets[i]);
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
                             same ? was.skip : 0, job->predicted, same && was.foretold_missed,
-                            same && was.served, outlived};
+                            same && was.served, outlived, NULL};
     /* More than one position in 16 changed size since the kind's step before (an MoE gate
      * routes other sizes each step, a padded length changes) and no rule said how: the next
      * step would follow its hints only in part, and the blocks placed before they stop can
@@ -225,7 +250,7 @@ static bool adopt(st_hints* h) {
      * hints before them missed says nothing of these (a live run may finish them a step late:
      * then they are the kind's like any others) */
     bool its_own = job->predicted && job->step == h->step && !h->resting;
-    if ((!h->resting && (h->active < 0 || h->active == i)) || its_own) h->active = i;
+    if ((!h->resting && (h->active < 0 || h->active == i)) || its_own) take_set(h, i);
     if (its_own) h->hits = h->misses = 0;
   }
   free_job(job);
@@ -246,7 +271,7 @@ static void recognise(st_hints* h) {
       best = i;
   }
   if (best >= 0) {
-    h->active = best;
+    take_set(h, best);
     h->misses = 0;
   }
 }
@@ -282,6 +307,48 @@ static uint32_t record(st_hints* h, uint64_t size, uint64_t need) {
   return position;
 }
 
+/* Trials a shift must hold for, request after request, before the step takes it: an MoE
+ * layer's routed sizes, as another layer of the set's step had them, can match a run by
+ * chance, and held there for up to ten requests in the Mixtral recordings. */
+#define REALIGN_TRIAL (2 * ST_REALIGN_RUN)
+/* Requests past the first miss within which a shift is looked for: the step may have made
+ * that many the set's did not before the run that follows them. */
+#define REALIGN_WINDOW (8 * ST_REALIGN_RUN)
+
+/* The request at `position` missed its size at the shift. A step that lost the set there, with
+ * most of its last ST_REALIGN_RUN requests missed (a size that changed here and there, a
+ * padded length, keeps its place), looks for the shift at which the set's sizes are its last
+ * ones since the first miss (st_realign_find), up to REALIGN_WINDOW requests past it, and puts
+ * the one it finds on trial. Not in a run whose steps changed where no rule says (an MoE
+ * gate's routing): such a step follows its hints only in part whatever the shift. */
+static void realign(st_hints* h, size_t position) {
+  if (h->realign_off || h->trial_left || h->changed) return;
+  if (h->lost_at == SIZE_MAX) h->lost_at = position;
+  unsigned missed = (unsigned)__builtin_popcount(h->missed_bits & ((1u << ST_REALIGN_RUN) - 1));
+  if (missed < ST_REALIGN_RUN * 3 / 4 || position - h->lost_at >= REALIGN_WINDOW ||
+      position + 1 < h->lost_at + ST_REALIGN_RUN)
+    return;
+  hint_set* s = &h->sets[h->active];
+  if (!s->realign) s->realign = st_realign_create(s->size, s->count);
+  if (s->realign && st_realign_find(s->realign, h->sizes, position, h->lost_at, h->shift, &h->trial))
+    h->trial_left = REALIGN_TRIAL;
+}
+
+/* A shift on trial meets the request at `position`: taken once it held for REALIGN_TRIAL
+ * requests; one miss and the step looks for no other. */
+static void try_shift(st_hints* h, size_t position, uint64_t need) {
+  const hint_set* s = &h->sets[h->active];
+  ptrdiff_t at = (ptrdiff_t)position + h->trial;
+  if (at < 0 || (size_t)at >= s->count || s->size[at] != need) {
+    h->trial_left = 0;
+    h->realign_off = true;
+  } else if (--h->trial_left == 0) {
+    h->shift = h->trial;
+    h->missed_bits = 0;
+    h->lost_at = SIZE_MAX;
+  }
+}
+
 uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   *offset = UINT64_MAX;
   if (h->job && atomic_load_explicit(&h->job->done, memory_order_acquire)) adopt(h);
@@ -293,11 +360,16 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   if (h->active < 0 && position < PROBE && !h->resting) recognise(h);
   if (h->active < 0 || position == LIVE) return position;
   const hint_set* s = &h->sets[h->active];
-  if (position < s->count && s->size[position] != need && position < PROBE) recognise(h);
+  if (position < s->count && s->size[position] != need && position < PROBE && !h->shift) recognise(h);
   s = &h->sets[h->active];
-  if (position >= s->count || stopped(h)) return position;
-  if (s->size[position] == need) *offset = s->offset[position];
-  else h->misses++; /* another size there: not the step planned */
+  if (stopped(h)) return position;
+  if (h->trial_left) try_shift(h, position, need);
+  ptrdiff_t at = (ptrdiff_t)position + h->shift;
+  bool in = at >= 0 && (size_t)at < s->count, same = in && s->size[at] == need;
+  h->missed_bits = h->missed_bits << 1 | !same;
+  if (!same) realign(h, position);
+  if (same) *offset = s->offset[at];
+  else if (in) h->misses++; /* another size there: not the step planned */
   return position;
 }
 
@@ -332,7 +404,7 @@ void st_hints_spoil(st_hints* h) { h->spoiled = true; }
 bool st_hints_follow(st_hints* h, const uint64_t* asked, size_t k) {
   if (!h->spoiled || h->n || h->pending) return false;
   h->spoiled = false;
-  h->active = -1; /* recorded only: hints made for the plan's sizes would miss */
+  take_set(h, -1); /* recorded only: hints made for the plan's sizes would miss */
   h->resting = true;
   for (size_t j = 0; j < k && !h->spoiled; j++) record(h, asked[j], st_align_up(asked[j], h->alignment));
   return !h->spoiled;
@@ -849,7 +921,7 @@ static void start_pending(st_hints* h) {
     if (!agrees) {
       free_job(job);
       job = NULL;
-      h->active = -1;
+      take_set(h, -1);
     }
   }
   free(predicted);
@@ -857,7 +929,7 @@ static void start_pending(st_hints* h) {
   pin_lifetimes(h, job);
   start(h, job);
   /* Best fit until they are ready, and if they are not kept: the old hints have other sizes. */
-  if (!h->wait || !adopt(h)) h->active = -1;
+  if (!h->wait || !adopt(h)) take_set(h, -1);
 }
 
 /* The request at position j lives past the step that ended, and nothing says that the next
@@ -995,7 +1067,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   note_crossing(h);
   if (h->job && (h->wait || atomic_load_explicit(&h->job->done, memory_order_acquire))) adopt(h);
   int k = expected ? set_of(h, expected) : -1;
-  if (k >= 0) h->active = k; /* else the latest hints made */
+  if (k >= 0) take_set(h, k); /* else the latest hints made */
   if (h->active >= 0 && h->sets[h->active].skip) { /* its hints stopped in its last steps */
     h->sets[h->active].skip--;
     /* sizes foretold by the rules, when they come, still serve a step that rests because
@@ -1003,7 +1075,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
      * a step served by another kind's hints (its own kind has none yet: the first training
      * step after the warm-up's) does not rest because those, foretold, missed */
     h->resting = k >= 0 && h->sets[h->active].foretold_missed;
-    h->active = -1;
+    take_set(h, -1);
   } else {
     h->resting = false;
   }
@@ -1011,6 +1083,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   h->spoiled = false;
   h->n = 0;
   h->hits = h->misses = 0;
+  take_set(h, h->active);
 }
 
 bool st_hints_steps_repeat(const st_hints* h) { return h->repeated > 0 && h->changed == 0; }
