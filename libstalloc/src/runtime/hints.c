@@ -103,8 +103,8 @@ struct st_hints {
    * the set's step did not (or the other way round) picks its hints up again after them
    * (realign.h). trial: a shift on trial for trial_left more requests; missed_bits: whether
    * each of the last requests missed at the shift, the latest lowest; lost_at: the first miss
-   * since the step began or the shift changed (SIZE_MAX: none); realign_off: the step looks for
-   * no other shift. */
+   * since the last ST_REALIGN_RUN requests in a row that did not (SIZE_MAX: none); realign_off:
+   * the step looks for no other shift. */
   ptrdiff_t shift, trial;
   uint32_t missed_bits, trial_left;
   size_t lost_at;
@@ -360,13 +360,14 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   if (h->active < 0 && position < PROBE && !h->resting) recognise(h);
   if (h->active < 0 || position == LIVE) return position;
   const hint_set* s = &h->sets[h->active];
-  if (position < s->count && s->size[position] != need && position < PROBE && !h->shift) recognise(h);
+  if (position < s->count && s->size[position] != need && position < PROBE) recognise(h);
   s = &h->sets[h->active];
   if (stopped(h)) return position;
   if (h->trial_left) try_shift(h, position, need);
   ptrdiff_t at = (ptrdiff_t)position + h->shift;
   bool in = at >= 0 && (size_t)at < s->count, same = in && s->size[at] == need;
   h->missed_bits = h->missed_bits << 1 | !same;
+  if (!(h->missed_bits & ((1u << ST_REALIGN_RUN) - 1))) h->lost_at = SIZE_MAX; /* back in step */
   if (!same) realign(h, position);
   if (same) *offset = s->offset[at];
   else if (in) h->misses++; /* another size there: not the step planned */
