@@ -1,16 +1,23 @@
-/* realign.c - runs of a layout's sizes, hashed by where they end (see realign.h). Open
- * addressing over the run's hash: a layer's runs recur once per layer, and each is checked
- * in full before it counts. */
+/* realign.c - runs of a layout's sizes (see realign.h). Each distinct run gets a group, found
+ * by open addressing over the run's hash; a group lists where its run ends, in order, so a
+ * layout whose runs recur (a model's layers; a step of one size throughout) costs one slot
+ * per distinct run to build and a binary search to look up. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/realign.h"
 
+/* Candidates looked at on each side of the current shift, at most: past them a shift is far
+ * from the step's own place, and a layout of one size throughout has a candidate everywhere. */
+#define NEAREST 64
+
 struct st_realign {
   const uint64_t* sizes;
   size_t count;
-  uint32_t* slot; /* position + 1 of a run's last size; 0: empty */
+  uint32_t* slot;  /* group + 1 of a distinct run; 0: empty */
   size_t mask;
+  uint32_t* first; /* by group: its first entry in `ends`; groups + 1 of them */
+  uint32_t* ends;  /* where each run ends, grouped, each group in increasing order */
 };
 
 static uint64_t run_hash(const uint64_t* run) {
@@ -22,29 +29,71 @@ static uint64_t run_hash(const uint64_t* run) {
   return h ^ (h >> 31);
 }
 
-st_realign* st_realign_create(const uint64_t* sizes, size_t count) {
-  if (count < ST_REALIGN_RUN || count >= UINT32_MAX) return NULL;
-  size_t cap = 16;
-  while (cap < 2 * count) cap *= 2;
-  st_realign* r = malloc(sizeof *r);
-  uint32_t* slot = r ? calloc(cap, sizeof *slot) : NULL;
-  if (!slot) {
-    free(r);
-    return NULL;
+static bool same_run(const uint64_t* a, const uint64_t* b) { return memcmp(a, b, ST_REALIGN_RUN * sizeof *a) == 0; }
+
+/* The group of `run`, or -1; *at: its slot, or the empty slot where it would go. */
+static long group_of(const st_realign* r, const uint64_t* run, size_t* at) {
+  size_t i = run_hash(run) & r->mask;
+  for (; r->slot[i]; i = (i + 1) & r->mask) {
+    uint32_t g = r->slot[i] - 1;
+    size_t end = r->ends[r->first[g]]; /* during the build: the group's first end */
+    if (same_run(r->sizes + end + 1 - ST_REALIGN_RUN, run)) break;
   }
-  *r = (st_realign){sizes, count, slot, cap - 1};
-  for (size_t end = ST_REALIGN_RUN - 1; end < count; end++) {
-    size_t i = run_hash(sizes + end + 1 - ST_REALIGN_RUN) & r->mask;
-    while (slot[i]) i = (i + 1) & r->mask;
-    slot[i] = (uint32_t)end + 1;
-  }
-  return r;
+  *at = i;
+  return r->slot[i] ? (long)r->slot[i] - 1 : -1;
 }
 
 void st_realign_destroy(st_realign* r) {
   if (!r) return;
   free(r->slot);
+  free(r->first);
+  free(r->ends);
   free(r);
+}
+
+st_realign* st_realign_create(const uint64_t* sizes, size_t count) {
+  if (count < ST_REALIGN_RUN || count >= UINT32_MAX / 2) return NULL;
+  size_t runs = count - ST_REALIGN_RUN + 1, cap = 16;
+  while (cap < 2 * runs) cap *= 2;
+  st_realign* r = calloc(1, sizeof *r);
+  uint32_t* group = malloc(runs * sizeof *group); /* by run: its group */
+  if (r) {
+    *r = (st_realign){sizes, count, calloc(cap, sizeof(uint32_t)), cap - 1, malloc((runs + 1) * sizeof(uint32_t)),
+                      malloc(runs * sizeof(uint32_t))};
+  }
+  if (!r || !group || !r->slot || !r->first || !r->ends) {
+    free(group);
+    st_realign_destroy(r);
+    return NULL;
+  }
+  /* first pass: groups, with first[g] pointing at an `ends` entry that holds the group's first end */
+  uint32_t groups = 0;
+  for (size_t j = 0; j < runs; j++) {
+    size_t at;
+    long g = group_of(r, sizes + j, &at);
+    if (g < 0) {
+      g = groups++;
+      r->slot[at] = (uint32_t)g + 1;
+      r->first[g] = (uint32_t)j;
+      r->ends[j] = (uint32_t)(j + ST_REALIGN_RUN - 1);
+    }
+    group[j] = (uint32_t)g;
+  }
+  /* second pass: each group's ends together, in order (counts, then offsets) */
+  memset(r->first, 0, (groups + 1) * sizeof *r->first);
+  for (size_t j = 0; j < runs; j++) r->first[group[j] + 1]++;
+  for (uint32_t g = 0; g < groups; g++) r->first[g + 1] += r->first[g];
+  uint32_t* fill = malloc((groups ? groups : 1) * sizeof *fill);
+  if (!fill) {
+    free(group);
+    st_realign_destroy(r);
+    return NULL;
+  }
+  memcpy(fill, r->first, groups * sizeof *fill);
+  for (size_t j = 0; j < runs; j++) r->ends[fill[group[j]]++] = (uint32_t)(j + ST_REALIGN_RUN - 1);
+  free(fill);
+  free(group);
+  return r;
 }
 
 /* Whether the step's sizes at [from, to) are the layout's at [from + d, to + d). */
@@ -56,19 +105,26 @@ static bool holds(const st_realign* r, const uint64_t* step, size_t from, size_t
 bool st_realign_find(const st_realign* r, const uint64_t* step, size_t position, size_t since, ptrdiff_t shift,
                      ptrdiff_t* out) {
   if (position + 1 < ST_REALIGN_RUN) return false;
-  const uint64_t* recent = step + position + 1 - ST_REALIGN_RUN;
-  size_t before = since > ST_REALIGN_RUN ? since - ST_REALIGN_RUN : 0;
-  bool found = false;
-  size_t far = SIZE_MAX;
-  for (size_t i = run_hash(recent) & r->mask; r->slot[i]; i = (i + 1) & r->mask) {
-    size_t end = r->slot[i] - 1;
-    if (memcmp(r->sizes + end + 1 - ST_REALIGN_RUN, recent, ST_REALIGN_RUN * sizeof *recent) != 0) continue;
-    ptrdiff_t d = (ptrdiff_t)end - (ptrdiff_t)position;
-    size_t away = d > shift ? (size_t)(d - shift) : (size_t)(shift - d);
-    if (d == shift || away >= far || (since > before && holds(r, step, before, since, d))) continue;
-    far = away;
-    *out = d;
-    found = true;
+  size_t at;
+  long g = group_of(r, step + position + 1 - ST_REALIGN_RUN, &at);
+  if (g < 0) return false;
+  const uint32_t *lo = r->ends + r->first[g], *hi = r->ends + r->first[g + 1];
+  ptrdiff_t target = (ptrdiff_t)position + shift; /* where the current shift puts the run's end */
+  const uint32_t *a = lo, *b = hi;
+  while (a < b) { /* the first end at or past target */
+    const uint32_t* m = a + (b - a) / 2;
+    if ((ptrdiff_t)*m < target) a = m + 1;
+    else b = m;
   }
-  return found;
+  size_t before = since > ST_REALIGN_RUN ? since - ST_REALIGN_RUN : 0;
+  const uint32_t *up = a, *down = a; /* the nearest first, the lower on a tie */
+  for (int seen = 0; seen < 2 * NEAREST && (up < hi || down > lo); seen++) {
+    bool take_down = down > lo && (up >= hi || target - (ptrdiff_t)down[-1] <= (ptrdiff_t)*up - target);
+    ptrdiff_t d = (ptrdiff_t)(take_down ? *--down : *up++) - (ptrdiff_t)position;
+    if (d != shift && !(since > before && holds(r, step, before, since, d))) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
 }

@@ -1,6 +1,7 @@
 /* test_realign.c - runs of a layout's sizes: the shift after requests one step made and the
  * other did not (either way), the nearest of several where a layer's run recurs, none where
  * the run is nowhere, and layouts too short to index. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -74,6 +75,23 @@ static void a_shift_by_whole_layers_explains_no_miss(void) {
   st_realign_destroy(r);
 }
 
+/* A step of one size throughout (2^20 requests): one distinct run, so the index is built in a
+ * pass (an open-addressed slot per run made it quadratic), and every shift holds before the
+ * miss as well as after, so none is taken. */
+static void a_layout_of_one_size_throughout(void) {
+  size_t n = (size_t)1 << 20;
+  uint64_t* sizes = malloc(n * sizeof *sizes);
+  CHECK(sizes);
+  for (size_t j = 0; j < n; j++) sizes[j] = 4096;
+  st_realign* r = st_realign_create(sizes, n);
+  CHECK(r);
+  ptrdiff_t d = 0;
+  CHECK(!st_realign_find(r, sizes, n / 2, n / 2 - 4, 0, &d));
+  CHECK(st_realign_find(r, sizes, 100, 0, 0, &d) && (d == -1 || d == 1)); /* nothing before: the nearest */
+  st_realign_destroy(r);
+  free(sizes);
+}
+
 static void a_layout_shorter_than_a_run_has_no_index(void) {
   uint64_t sizes[ST_REALIGN_RUN] = {0};
   CHECK(!st_realign_create(sizes, ST_REALIGN_RUN - 1));
@@ -90,6 +108,7 @@ static void a_layout_shorter_than_a_run_has_no_index(void) {
 int main(void) {
   finds_the_shift_after_an_insertion_or_a_removal();
   a_shift_by_whole_layers_explains_no_miss();
+  a_layout_of_one_size_throughout();
   a_layout_shorter_than_a_run_has_no_index();
   return 0;
 }
