@@ -315,6 +315,11 @@ static uint32_t record(st_hints* h, uint64_t size, uint64_t need) {
  * that many the set's did not before the run that follows them. */
 #define REALIGN_WINDOW (8 * ST_REALIGN_RUN)
 
+/* Of the step's last ST_REALIGN_RUN requests, those that missed their size at the shift. */
+static unsigned recent_misses(const st_hints* h) {
+  return (unsigned)__builtin_popcount(h->missed_bits & ((1u << ST_REALIGN_RUN) - 1));
+}
+
 /* The request at `position` missed its size at the shift. A step that lost the set there, with
  * most of its last ST_REALIGN_RUN requests missed (a size that changed here and there, a
  * padded length, keeps its place), looks for the shift at which the set's sizes are its last
@@ -324,8 +329,7 @@ static uint32_t record(st_hints* h, uint64_t size, uint64_t need) {
 static void realign(st_hints* h, size_t position) {
   if (h->realign_off || h->trial_left || h->changed) return;
   if (h->lost_at == SIZE_MAX) h->lost_at = position;
-  unsigned missed = (unsigned)__builtin_popcount(h->missed_bits & ((1u << ST_REALIGN_RUN) - 1));
-  if (missed < ST_REALIGN_RUN * 3 / 4 || position - h->lost_at >= REALIGN_WINDOW ||
+  if (recent_misses(h) < ST_REALIGN_RUN * 3 / 4 || position - h->lost_at >= REALIGN_WINDOW ||
       position + 1 < h->lost_at + ST_REALIGN_RUN)
     return;
   hint_set* s = &h->sets[h->active];
@@ -367,7 +371,7 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   ptrdiff_t at = (ptrdiff_t)position + h->shift;
   bool in = at >= 0 && (size_t)at < s->count, same = in && s->size[at] == need;
   h->missed_bits = h->missed_bits << 1 | !same;
-  if (!(h->missed_bits & ((1u << ST_REALIGN_RUN) - 1))) h->lost_at = SIZE_MAX; /* back in step */
+  if (!recent_misses(h)) h->lost_at = SIZE_MAX; /* back in step */
   if (!same) realign(h, position);
   if (same) *offset = s->offset[at];
   else if (in) h->misses++; /* another size there: not the step planned */
