@@ -26,8 +26,11 @@
 /* Larger partitions up to this many items also get greedy orderings when a time limit is
  * given, as many as fit before the deadline (each is quadratic). */
 #define GREEDY_BIG 32768
-/* Partitions up to this many items (and without fixed items) get the exact search. */
+/* Partitions up to this many items get the exact search ... */
 #define SEARCH_MAX 8000
+/* ... where their fixed items times their free ones (the pairs the search's obstacle lists are
+ * built from) are at most this many. */
+#define OBSTACLE_PAIRS (1ull << 25)
 /* Partitions up to this many items get peeling (place_peel.c): its first-fit of the long
  * items and its group floors are quadratic in the worst case and do not watch the clock. */
 #define PEEL_MAX 200000
@@ -308,7 +311,7 @@ typedef struct part {
   uint32_t tlo, thi;  /* compressed time span */
   uint64_t peak, lb;  /* best peak found, live-bytes bound of this partition */
   uint64_t proven;    /* no placement with a peak below this exists */
-  bool has_fixed;
+  size_t nfixed;      /* fixed items among them */
   int64_t twin;       /* an earlier partition that is the same problem (find_twins), or -1 */
   st_search* search;  /* created on first use */
   uint64_t* sol;
@@ -319,6 +322,9 @@ typedef struct part {
   int turn;           /* which thread of the portfolio searches it first (-1: either) */
   uint32_t *slo_keep, *shi_keep; /* the search's input arrays, freed with it */
   uint64_t* size_keep;
+  uint32_t* free_keep; /* the search's items: partition positions of the free items */
+  uint64_t* free_sol;  /* the search's offsets for them */
+  uint32_t nfree;
 } part;
 
 /* Largest live bytes of each item's lifetime within the partition (the ORD_TOTAL key) and
@@ -493,7 +499,7 @@ static void peel_free(peel_arrays* pa) {
 }
 
 static bool peelable(const part* q) {
-  return !q->has_fixed && q->peak > q->lb && q->e - q->b > GREEDY_MAX && q->e - q->b <= PEEL_MAX;
+  return !q->nfixed && q->peak > q->lb && q->e - q->b > GREEDY_MAX && q->e - q->b <= PEEL_MAX;
 }
 
 /* A large partition (over GREEDY_MAX items) with time to spare until `until`, while it is
@@ -540,9 +546,12 @@ static part* worst_part(part* parts, size_t np) {
   return worst;
 }
 
-/* The exact search can work on it: no fixed items, not too many items, not given up on. */
+/* The exact search can work on it: not too many items, not given up on, and not so many
+ * fixed items live with the free ones that listing each one's obstacles would cost more than
+ * the search gains. */
 static bool searchable(const part* q) {
-  return !q->has_fixed && q->e - q->b <= SEARCH_MAX && !q->exhausted;
+  size_t m = q->e - q->b;
+  return m <= SEARCH_MAX && !q->exhausted && (uint64_t)q->nfixed * (m - q->nfixed) <= OBSTACLE_PAIRS;
 }
 
 /* Time left after the search: the large partition that sets the peak gets the other peeling
@@ -565,26 +574,51 @@ static stalloc_status_t search_setup(placer* p, part* q) {
   uint32_t* shi = malloc(m * sizeof(uint32_t));
   uint64_t* size = malloc(m * sizeof(uint64_t));
   uint64_t* len = malloc(m * sizeof(uint64_t));
+  /* the fixed items, for the search's obstacles (copied by it) */
+  uint32_t* fslo = malloc(m * sizeof(uint32_t));
+  uint32_t* fshi = malloc(m * sizeof(uint32_t));
+  uint64_t* foff = malloc(m * sizeof(uint64_t));
+  uint64_t* fsize = malloc(m * sizeof(uint64_t));
   q->sol = malloc(m * sizeof(uint64_t));
+  q->free_keep = malloc(m * sizeof(uint32_t));
+  q->free_sol = malloc(m * sizeof(uint64_t));
   stalloc_status_t st = STALLOC_OK;
-  if (!slo || !shi || !size || !len || !q->sol) {
+  if (!slo || !shi || !size || !len || !fslo || !fshi || !foff || !fsize || !q->sol || !q->free_keep ||
+      !q->free_sol) {
     st = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for the search");
   } else {
+    uint32_t nf = 0, nx = 0;
     for (size_t j = 0; j < m; j++) {
       const pitem* x = &p->it[q->b + j];
-      slo[j] = x->lo - q->tlo;
-      shi[j] = x->hi - q->tlo;
-      size[j] = x->size;
-      len[j] = x->length;
+      q->sol[j] = x->fixed; /* the search fills in the others */
+      if (x->fixed != PLACE_FREE) {
+        fslo[nx] = x->lo - q->tlo;
+        fshi[nx] = x->hi - q->tlo;
+        foff[nx] = x->fixed;
+        fsize[nx++] = x->size;
+        continue;
+      }
+      q->free_keep[nf] = (uint32_t)j;
+      slo[nf] = x->lo - q->tlo;
+      shi[nf] = x->hi - q->tlo;
+      size[nf] = x->size;
+      len[nf++] = x->length;
     }
-    st_search_input in = {(uint32_t)m, q->thi - q->tlo, size, slo, shi, len, p->align, p->lean};
+    q->nfree = nf;
+    st_search_input in = {nf, q->thi - q->tlo, size, slo, shi, len, p->align, p->lean,
+                          nx, foff, fsize, fslo, fshi};
     st = st_search_create(&in, &q->search);
-    /* the search keeps pointers to these arrays: they live as long as it */
+    /* the search keeps pointers to the free items' arrays: they live as long as it */
   }
+  free(fslo); free(fshi); free(foff); free(fsize);
   if (st) {
     free(slo); free(shi); free(size); free(len);
     free(q->sol);
+    free(q->free_keep);
+    free(q->free_sol);
     q->sol = NULL;
+    q->free_keep = NULL;
+    q->free_sol = NULL;
     return st;
   }
   q->node_limit = 2 * (uint64_t)m;
@@ -601,6 +635,8 @@ static stalloc_status_t search_setup(placer* p, part* q) {
 static void part_free(part* q) {
   st_search_destroy(q->search);
   free(q->sol);
+  free(q->free_keep);
+  free(q->free_sol);
   free(q->slo_keep);
   free(q->shi_keep);
   free(q->size_keep);
@@ -629,9 +665,10 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
   size_t m = q->e - q->b;
   p->res->orderings_tried++;
   st_search_outcome r = st_search_run(q->search, target, h, q->node_limit, p->deadline,
-                                      p->cancel, p->stop, q->sol, &p->res->backtracks);
+                                      p->cancel, p->stop, q->free_sol, &p->res->backtracks);
   switch (r) {
     case ST_SEARCH_FOUND: {
+      for (uint32_t k = 0; k < q->nfree; k++) q->sol[q->free_keep[k]] = q->free_sol[k];
       uint64_t pk = 0;
       for (size_t j = 0; j < m; j++) pk = ST_MAX(pk, q->sol[j] + p->it[q->b + j].size);
       if (pk < q->peak) {
@@ -991,10 +1028,9 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
     if (na) parts[nparts++] = (part){.b = b, .e = na, .tlo = p->it[b].lo, .thi = maxhi};
   }
   for (size_t q = 0; q < nparts; q++) {
-    parts[q].has_fixed = false;
+    parts[q].nfixed = 0;
     parts[q].twin = -1;
-    for (size_t i = parts[q].b; i < parts[q].e; i++)
-      if (p->it[i].fixed != PLACE_FREE) parts[q].has_fixed = true;
+    for (size_t i = parts[q].b; i < parts[q].e; i++) parts[q].nfixed += p->it[i].fixed != PLACE_FREE;
   }
 
   /* a small margin so that the whole call, joins and copies included, ends within limit */

@@ -11,6 +11,12 @@
  * unplaced item's minimum offset + size leaves a gap that item could fill, so it is skipped.
  * These are the techniques MiniMalloc (ASPLOS 2023) published; the code is our own.
  *
+ * Obstacles (blocks in use that a runtime layout goes around): an item's minimum offset is
+ * also lifted past the obstacles live with it, so the canonical form still holds (every item
+ * at the lowest offset that all the others and the obstacles allow). The bound subtracts the
+ * obstacles live in every section, whose bytes between a floor and the capacity are space no
+ * unplaced item can use; the others are only avoided (a weaker bound, still a valid one).
+ *
  * With many sections (a training step's group of a few thousand items) a node would cost a
  * pass over every section and every member; there (`large`) the bound's totals live in a
  * segment tree, and a node checks only the sections whose floor or total it moved. Every
@@ -78,6 +84,12 @@ struct st_search {
                          offset is read from minoff, which a child restores before it returns, so
                          an entry is the item alone (the arena grows with depth times items) */
   size_t arena_cap;
+  uint32_t* obs_start; /* CSR by item: its obstacles, merged into disjoint [lo, hi) runs ... */
+  uint64_t* obs;       /* ... by offset, lo and hi in turn */
+  uint32_t ncommon;    /* the obstacles live in every section, merged: */
+  uint64_t* common;    /* lo and hi in turn, by offset */
+  uint64_t* common_before; /* per run: its bytes in the runs before it */
+  uint64_t common_cap; /* per attempt: their bytes below the capacity */
   uint64_t* sort_off;  /* scratch: the offsets and ranks of the list a node is sorting */
   uint32_t* sort_rank;
   uint64_t cap, node_limit, nodes, backtracks;
@@ -130,6 +142,130 @@ static void fill_key(const st_search* s, int h, uint32_t i, uint64_t t, pre_key*
     }
     key->k[c] = v;
   }
+}
+
+typedef struct fixed_ref {
+  uint64_t lo, hi;
+  uint32_t slo, shi;
+} fixed_ref;
+
+static int cmp_fixed_ref(const void* a, const void* b) {
+  const fixed_ref *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Appends [lo, hi) to the merged runs out[0 .. 2 * *k) (lo never below the last run's lo);
+ * out NULL: counts only. */
+static void merge_run(uint64_t* out, uint32_t* k, uint64_t* last_hi, uint64_t lo, uint64_t hi) {
+  if (*k && lo <= *last_hi) {
+    if (hi > *last_hi) {
+      *last_hi = hi;
+      if (out) out[2 * *k - 1] = hi;
+    }
+    return;
+  }
+  if (out) {
+    out[2 * *k] = lo;
+    out[2 * *k + 1] = hi;
+  }
+  (*k)++;
+  *last_hi = hi;
+}
+
+/* Each item's obstacles (those live with it), merged by offset, and the ones live in every
+ * section with their bytes before each run. Two passes over the obstacles by offset per item:
+ * count, then fill (the merged lists are short: blocks in use mostly touch one another). */
+static bool build_obstacles(st_search* s, const st_search_input* in) {
+  uint32_t nf = in->nfixed;
+  fixed_ref* f = malloc(nf * sizeof *f);
+  s->obs_start = malloc(((size_t)s->n + 1) * sizeof(uint32_t));
+  if (!f || !s->obs_start) {
+    free(f);
+    return false;
+  }
+  for (uint32_t k = 0; k < nf; k++) {
+    uint64_t hi = in->fixed_offset[k] + in->fixed_size[k];
+    f[k] = (fixed_ref){in->fixed_offset[k], hi, in->fixed_slo[k], in->fixed_shi[k]};
+  }
+  st_sort(f, nf, sizeof *f, cmp_fixed_ref);
+  for (int pass = 0; pass < 3; pass++) {
+    size_t total = 0;
+    for (uint32_t i = 0; i <= s->n; i++) {
+      /* pass 0 counts per item, 1 fills per item, 2 (i == n) builds the common list */
+      bool common = i == s->n;
+      if (common && pass < 2) break;
+      if (!common && pass == 2) continue;
+      uint64_t* out = pass == 0 ? NULL : common ? s->common : s->obs + 2 * (size_t)s->obs_start[i];
+      uint32_t k = 0;
+      uint64_t last_hi = 0;
+      for (uint32_t j = 0; j < nf; j++) {
+        bool live = common ? f[j].slo == 0 && f[j].shi >= s->nsec : f[j].slo < s->shi[i] && s->slo[i] < f[j].shi;
+        if (live && f[j].hi > f[j].lo) merge_run(out, &k, &last_hi, f[j].lo, f[j].hi);
+      }
+      if (pass == 0) {
+        s->obs_start[i] = (uint32_t)total;
+        total += k;
+        if (total > UINT32_MAX) {
+          free(f);
+          return false;
+        }
+      }
+      if (common) s->ncommon = k;
+    }
+    if (pass == 0) {
+      s->obs_start[s->n] = (uint32_t)total;
+      s->obs = malloc((total ? total : 1) * 2 * sizeof(uint64_t));
+      /* the common runs are at most as many as the obstacles */
+      s->common = malloc((nf ? nf : 1) * 2 * sizeof(uint64_t));
+      s->common_before = malloc(((size_t)nf + 1) * sizeof(uint64_t));
+      if (!s->obs || !s->common || !s->common_before) {
+        free(f);
+        return false;
+      }
+    }
+  }
+  free(f);
+  s->common_before[0] = 0;
+  for (uint32_t k = 0; k < s->ncommon; k++)
+    s->common_before[k + 1] = s->common_before[k] + (s->common[2 * k + 1] - s->common[2 * k]);
+  return true;
+}
+
+/* The lowest aligned offset at or above o where item i clears its obstacles; UINT64_MAX - 1
+ * (above any capacity the search can be given with the item placed) if none. */
+static uint64_t clear_obstacles(const st_search* s, uint32_t i, uint64_t o) {
+  if (!s->obs_start) return o;
+  const uint64_t* r = s->obs + 2 * (size_t)s->obs_start[i];
+  uint32_t lo = 0, hi = s->obs_start[i + 1] - s->obs_start[i];
+  while (lo < hi) { /* the first run that ends above o */
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (r[2 * mid + 1] <= o) lo = mid + 1; else hi = mid;
+  }
+  uint64_t size = s->size[i];
+  for (uint32_t k = lo; k < s->obs_start[i + 1] - s->obs_start[i]; k++) {
+    if (o > UINT64_MAX - 2 - size) return UINT64_MAX - 1;
+    if (r[2 * k] >= o + size) break; /* the gap below this run holds it */
+    o = round_up(r[2 * k + 1], s->align);
+    if (o < r[2 * k + 1]) return UINT64_MAX - 1; /* rounding wrapped */
+  }
+  return o > UINT64_MAX - 2 - size ? UINT64_MAX - 1 : o;
+}
+
+/* Bytes of the obstacles live in every section that lie below x. */
+static uint64_t common_below(const st_search* s, uint64_t x) {
+  uint32_t lo = 0, hi = s->ncommon;
+  while (lo < hi) { /* the runs that start below x */
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s->common[2 * mid] < x) lo = mid + 1; else hi = mid;
+  }
+  if (lo == 0) return 0;
+  uint64_t end = s->common[2 * (lo - 1) + 1];
+  return s->common_before[lo] - (end > x ? end - x : 0);
+}
+
+/* Bytes between `level` and the capacity that no unplaced item can use (level <= cap). */
+static uint64_t blocked_above(const st_search* s, uint64_t level) {
+  return s->ncommon ? s->common_cap - common_below(s, level) : 0;
 }
 
 stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
@@ -259,6 +395,8 @@ stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
   free(st_start);
   free(st_item);
 
+  if (in->nfixed && !build_obstacles(s, in)) goto nomem;
+
   /* Preorderings. */
   for (int h = 0; h < ST_SEARCH_HEURISTICS; h++) {
     for (uint32_t i = 0; i < n; i++) {
@@ -308,6 +446,10 @@ void st_search_destroy(st_search* s) {
   free(s->sort_off);
   free(s->sort_rank);
   free(s->rank);
+  free(s->obs_start);
+  free(s->obs);
+  free(s->common);
+  free(s->common_before);
   free(s);
 }
 
@@ -380,7 +522,7 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
     uint32_t j = s->ov[k];
     if (s->minoff[j] >= top_aligned) continue; /* also true for placed items */
     if (!undo_push(s, &s->umin, j, s->minoff[j])) return;
-    s->minoff[j] = top_aligned;
+    s->minoff[j] = clear_obstacles(s, j, top_aligned);
     if (!s->raise) continue;
     s->cover[s->slo[j]]++;
     s->cover[s->shi[j]]--;
@@ -457,7 +599,7 @@ static void unplace(st_search* s, uint32_t i, size_t mark_min, size_t mark_floor
 
 /* Section q's unplaced bytes fit between `level` and the capacity. */
 static bool fits_from(const st_search* s, uint32_t q, uint64_t level) {
-  return level <= s->cap && s->total[q] <= s->cap - level;
+  return level <= s->cap && s->total[q] <= s->cap - level - blocked_above(s, level);
 }
 
 /* sections_fit after item i was placed at `offset`, its parent having passed it: only the
@@ -468,7 +610,8 @@ static bool fits_after(const st_search* s, uint32_t i, uint64_t offset, uint32_t
     if (!fits_from(s, q, s->floor[q])) return false;
   for (uint32_t a = 0; a < s->naffected; a++)
     if (!fits_from(s, s->affected[a], s->floor[s->affected[a]])) return false;
-  return offset <= s->cap && seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)(s->cap - offset);
+  return offset <= s->cap &&
+         seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)(s->cap - offset - blocked_above(s, offset));
 }
 
 static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint32_t rhi) {
@@ -599,7 +742,7 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
     ord[p] = i;
     so[p] = e_off;
     sr[p] = e_rank;
-    if (e_off + s->size[i] < min_height) min_height = e_off + s->size[i];
+    if (e_off <= UINT64_MAX - s->size[i] && e_off + s->size[i] < min_height) min_height = e_off + s->size[i];
   }
   if (len == 0) {
     for (uint32_t i = 0; i < s->n; i++)
@@ -658,9 +801,10 @@ st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
   s->heuristic = heuristic % ST_SEARCH_HEURISTICS;
   for (uint32_t p = 0; p < s->n; p++) s->rank[s->pre[s->heuristic][p]] = p;
   s->umin.len = s->ufloor.len = 0;
+  s->common_cap = s->ncommon ? common_below(s, capacity) : 0;
   for (uint32_t i = 0; i < s->n; i++) {
     s->off[i] = UNPLACED;
-    s->minoff[i] = 0;
+    s->minoff[i] = clear_obstacles(s, i, 0);
   }
   for (uint32_t q = 0; q < s->nsec; q++) {
     s->unplaced[q] = s->sm_start[q + 1] - s->sm_start[q];

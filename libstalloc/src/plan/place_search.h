@@ -4,7 +4,8 @@
  * consecutive lifetime endpoints; an item covers the sections [slo, shi)). The question the
  * search answers: is there a placement whose peak is at most `capacity`? It places items in
  * canonical order (non-decreasing offset, each at the lowest offset its already-placed
- * overlaps allow, as MiniMalloc's published search does) and prunes with section bounds.
+ * overlaps and the obstacles allow, as MiniMalloc's published search does without obstacles)
+ * and prunes with section bounds.
  * Defined in place_search.c. */
 #ifndef STALLOC_PLACE_SEARCH_H
 #define STALLOC_PLACE_SEARCH_H
@@ -25,6 +26,13 @@ typedef struct st_search_input {
   bool lean;              /* with many sections: no raising of section floors to the unplaced
                              items' lowest offsets (a weaker bound, but nodes many times
                              cheaper; which finds the placement sooner varies by instance) */
+  /* Obstacles: blocks already in place (fixed items) that the items must avoid. Copied at
+   * creation; nfixed may be 0 (the arrays are then not read). */
+  uint32_t nfixed;
+  const uint64_t* fixed_offset;
+  const uint64_t* fixed_size;
+  const uint32_t* fixed_slo;
+  const uint32_t* fixed_shi;
 } st_search_input;
 
 typedef enum st_search_outcome {
