@@ -22,7 +22,7 @@ CC=clang cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
   -DSTALLOC_BUILD_TESTS=OFF -DSTALLOC_BUILD_BENCH=OFF -DSTALLOC_INSTALL=OFF >/dev/null
 cmake --build "$BUILD" -j "${FUZZ_JOBS:-2}" >/dev/null
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_trace_load fuzz_plan_load fuzz_replay fuzz_options)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_trace_load fuzz_plan_load fuzz_replay fuzz_options fuzz_place)
 WORK=${FUZZ_WORK:-$(mktemp -d)}
 failed=0
 for t in "${TARGETS[@]}"; do

@@ -1,6 +1,7 @@
 """Writes the fuzz targets' seed corpus (tests/fuzz/corpus/<target>/), small valid inputs that
 the fuzzers mutate: native traces and plans made by stalloc itself, compact event codes for
-fuzz_replay, option strings. Run with the stalloc package installed:
+fuzz_replay, option strings, placement items for fuzz_place. Run with the stalloc package
+installed:
 
     python tests/fuzz/make_seeds.py
 
@@ -65,6 +66,32 @@ def compact(events) -> bytes:
     return bytes(out)
 
 
+def place_records(items) -> bytes:
+    """fuzz_place's item records: (lower, length, size, fixed, offset or gap) each."""
+    out = bytearray()
+    for lower, length, size, fixed, at in items:
+        out += lower.to_bytes(2, "little") + bytes([length]) + size.to_bytes(2, "little")
+        out += bytes([1 if fixed else 0]) + at.to_bytes(2, "little")
+    return bytes(out)
+
+
+def place_seeds():
+    """A step's requests around blocks in use (three fixed, stacked with gaps, living
+    throughout) and a pipeline-like mix; a few parameter bytes each."""
+    rng = np.random.default_rng(3)
+    around = [(0, 255, 64, True, 0), (0, 255, 96, True, 32), (0, 255, 40, True, 16)]
+    around += [(int(a), int(b), int(c), False, 0) for a, b, c in
+               zip(rng.integers(0, 200, 40), rng.integers(1, 50, 40), rng.integers(1, 64, 40))]
+    mixed = [(int(a), int(b), int(c), bool(f), int(g)) for a, b, c, f, g in
+             zip(rng.integers(0, 1000, 120), rng.integers(1, 255, 120), rng.integers(1, 4096, 120),
+                 rng.random(120) < 0.1, rng.integers(0, 8, 120))]
+    yield "around_search", b"\x04" + place_records(around)
+    yield "around_aligned", b"\x06" + place_records(around)
+    yield "mixed_search_4k", b"\x0d" + place_records(mixed)
+    yield "mixed_as_given", b"\x24" + place_records(mixed)
+    yield "mixed_huge", b"\x18" + place_records(mixed)
+
+
 def write(target: str, name: str, data: bytes) -> None:
     folder = CORPUS / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,6 +123,8 @@ def main() -> None:
         write("fuzz_replay", "loop_online", b"\x57" + compact(periodic_rows(8, 32)))
         write("fuzz_replay", "loop_online_lag", b"\xdf" + compact(periodic_rows(8, 32)))
         write("fuzz_replay", "gpt2_prefix", b"\x17" + compact(np.asarray(gpt2.events)[:120]))
+    for name, data in place_seeds():
+        write("fuzz_place", name, data)
     for name, values in (("defaults", [""] * 8),
                          ("sizes", ["virtual", "0", "4KiB", "1g", "64 MiB", "", "32", "1"]),
                          ("host", ["host", "1", "512", "0", "1T", "", "0", "0"]),
