@@ -234,7 +234,7 @@ static bool build_obstacles(st_search* s, const st_search_input* in) {
 /* The lowest aligned offset at or above o where item i clears its obstacles; UINT64_MAX - 1
  * (above any capacity the search can be given with the item placed) if none. */
 static uint64_t clear_obstacles(const st_search* s, uint32_t i, uint64_t o) {
-  if (!s->obs_start) return o;
+  if (!s->obs_start) return o; /* no obstacles */
   const uint64_t* r = s->obs + 2 * (size_t)s->obs_start[i];
   uint32_t lo = 0, hi = s->obs_start[i + 1] - s->obs_start[i];
   while (lo < hi) { /* the first run that ends above o */
@@ -522,7 +522,8 @@ static void place(st_search* s, uint32_t i, uint64_t o) {
     uint32_t j = s->ov[k];
     if (s->minoff[j] >= top_aligned) continue; /* also true for placed items */
     if (!undo_push(s, &s->umin, j, s->minoff[j])) return;
-    s->minoff[j] = clear_obstacles(s, j, top_aligned);
+    /* no call without obstacles: this loop is where the search spends its time */
+    s->minoff[j] = s->obs_start ? clear_obstacles(s, j, top_aligned) : top_aligned;
     if (!s->raise) continue;
     s->cover[s->slo[j]]++;
     s->cover[s->shi[j]]--;
@@ -615,6 +616,13 @@ static bool fits_after(const st_search* s, uint32_t i, uint64_t offset, uint32_t
 }
 
 static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint32_t rhi) {
+  if (!s->ncommon) { /* the loop a search without obstacles runs at every node */
+    for (uint32_t q = rlo; q < rhi; q++) {
+      uint64_t level = ST_MAX(s->floor[q], offset);
+      if (level > s->cap || s->total[q] > s->cap - level) return false;
+    }
+    return true;
+  }
   for (uint32_t q = rlo; q < rhi; q++)
     if (!fits_from(s, q, ST_MAX(s->floor[q], offset))) return false;
   return true;
