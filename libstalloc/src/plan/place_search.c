@@ -14,8 +14,9 @@
  * Obstacles (blocks in use that a runtime layout goes around): an item's minimum offset is
  * also lifted past the obstacles live with it, so the canonical form still holds (every item
  * at the lowest offset that all the others and the obstacles allow). The bound subtracts the
- * obstacles live in every section, whose bytes between a floor and the capacity are space no
- * unplaced item can use; the others are only avoided (a weaker bound, still a valid one).
+ * obstacles live in each section, whose bytes between its floor and the capacity are space no
+ * unplaced item can use (with too many obstacle runs in all, only those live in every section:
+ * a weaker bound, still a valid one).
  *
  * With many sections (a training step's group of a few thousand items) a node would cost a
  * pass over every section and every member; there (`large`) the bound's totals live in a
@@ -86,9 +87,13 @@ struct st_search {
   size_t arena_cap;
   uint32_t* obs_start; /* CSR by item: its obstacles, merged into disjoint [lo, hi) runs ... */
   uint64_t* obs;       /* ... by offset, lo and hi in turn */
+  uint32_t* sec_start; /* CSR by section: the obstacles live in it, merged the same way (NULL: */
+  uint64_t* sec_runs;  /* too many; the common ones below serve every section) ... */
+  uint64_t* sec_before; /* ... and per run the bytes of the runs before it in its list */
+  uint64_t* sec_cap;   /* per attempt and section: their bytes below the capacity */
   uint32_t ncommon;    /* the obstacles live in every section, merged: */
   uint64_t* common;    /* lo and hi in turn, by offset */
-  uint64_t* common_before; /* per run: its bytes in the runs before it */
+  uint64_t* common_before; /* per run: the bytes of the runs before it */
   uint64_t common_cap; /* per attempt: their bytes below the capacity */
   uint64_t* sort_off;  /* scratch: the offsets and ranks of the list a node is sorting */
   uint32_t* sort_rank;
@@ -172,63 +177,104 @@ static void merge_run(uint64_t* out, uint32_t* k, uint64_t* last_hi, uint64_t lo
   *last_hi = hi;
 }
 
-/* Each item's obstacles (those live with it), merged by offset, and the ones live in every
- * section with their bytes before each run. Two passes over the obstacles by offset per item:
- * count, then fill (the merged lists are short: blocks in use mostly touch one another). */
+/* before[k]: the bytes of runs r[0 .. k) (k < n). */
+static void sum_runs(const uint64_t* r, uint64_t* before, uint32_t n) {
+  uint64_t sum = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    before[k] = sum;
+    sum += r[2 * k + 1] - r[2 * k];
+  }
+}
+
+/* Bytes of the runs r[0 .. n) (with their sums `before`) that lie below x. */
+static uint64_t runs_below(const uint64_t* r, const uint64_t* before, uint32_t n, uint64_t x) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) { /* the runs that start below x */
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (r[2 * mid] < x) lo = mid + 1; else hi = mid;
+  }
+  if (lo == 0) return 0;
+  const uint64_t* last = r + 2 * (lo - 1);
+  return before[lo - 1] + ((x < last[1] ? x : last[1]) - last[0]);
+}
+
+/* Section lists of obstacles above this many runs in all keep only the common list (the bound
+ * is then weaker where obstacles come and go, never wrong). */
+#define SECTION_RUNS_MAX (1u << 24)
+
+/* The obstacles, by offset, merged into runs: each item's (those live with it), each
+ * section's, and those live in every section, with the sums the bound reads. Two passes for
+ * each CSR: count, then fill (the lists are short: blocks in use mostly touch one another). */
 static bool build_obstacles(st_search* s, const st_search_input* in) {
-  uint32_t nf = in->nfixed;
+  uint32_t nf = in->nfixed, ns = s->nsec;
   fixed_ref* f = malloc(nf * sizeof *f);
+  uint64_t* last_hi = malloc((ns ? ns : 1) * sizeof *last_hi);
+  uint32_t* count = malloc((ns ? ns : 1) * sizeof *count);
   s->obs_start = malloc(((size_t)s->n + 1) * sizeof(uint32_t));
-  if (!f || !s->obs_start) {
-    free(f);
-    return false;
+  s->common = malloc((nf ? nf : 1) * 2 * sizeof(uint64_t));
+  s->common_before = malloc((nf ? nf : 1) * sizeof(uint64_t));
+  bool ok = f && last_hi && count && s->obs_start && s->common && s->common_before;
+  if (ok) {
+    for (uint32_t k = 0; k < nf; k++)
+      f[k] = (fixed_ref){in->fixed_offset[k], in->fixed_offset[k] + in->fixed_size[k], in->fixed_slo[k], in->fixed_shi[k]};
+    st_sort(f, nf, sizeof *f, cmp_fixed_ref);
   }
-  for (uint32_t k = 0; k < nf; k++) {
-    uint64_t hi = in->fixed_offset[k] + in->fixed_size[k];
-    f[k] = (fixed_ref){in->fixed_offset[k], hi, in->fixed_slo[k], in->fixed_shi[k]};
-  }
-  st_sort(f, nf, sizeof *f, cmp_fixed_ref);
-  for (int pass = 0; pass < 3; pass++) {
+  /* each item's */
+  for (int pass = 0; ok && pass < 2; pass++) {
     size_t total = 0;
-    for (uint32_t i = 0; i <= s->n; i++) {
-      /* pass 0 counts per item, 1 fills per item, 2 (i == n) builds the common list */
-      bool common = i == s->n;
-      if (common && pass < 2) break;
-      if (!common && pass == 2) continue;
-      uint64_t* out = pass == 0 ? NULL : common ? s->common : s->obs + 2 * (size_t)s->obs_start[i];
+    for (uint32_t i = 0; i < s->n && ok; i++) {
+      uint64_t* out = pass ? s->obs + 2 * (size_t)s->obs_start[i] : NULL;
       uint32_t k = 0;
-      uint64_t last_hi = 0;
-      for (uint32_t j = 0; j < nf; j++) {
-        bool live = common ? f[j].slo == 0 && f[j].shi >= s->nsec : f[j].slo < s->shi[i] && s->slo[i] < f[j].shi;
-        if (live && f[j].hi > f[j].lo) merge_run(out, &k, &last_hi, f[j].lo, f[j].hi);
-      }
+      uint64_t top = 0;
+      for (uint32_t j = 0; j < nf; j++)
+        if (f[j].slo < s->shi[i] && s->slo[i] < f[j].shi && f[j].hi > f[j].lo) merge_run(out, &k, &top, f[j].lo, f[j].hi);
       if (pass == 0) {
         s->obs_start[i] = (uint32_t)total;
         total += k;
-        if (total > UINT32_MAX) {
-          free(f);
-          return false;
-        }
+        ok = total <= UINT32_MAX;
       }
-      if (common) s->ncommon = k;
     }
-    if (pass == 0) {
+    if (ok && pass == 0) {
       s->obs_start[s->n] = (uint32_t)total;
-      s->obs = malloc((total ? total : 1) * 2 * sizeof(uint64_t));
-      /* the common runs are at most as many as the obstacles */
-      s->common = malloc((nf ? nf : 1) * 2 * sizeof(uint64_t));
-      s->common_before = malloc(((size_t)nf + 1) * sizeof(uint64_t));
-      if (!s->obs || !s->common || !s->common_before) {
-        free(f);
-        return false;
-      }
+      ok = (s->obs = malloc((total ? total : 1) * 2 * sizeof(uint64_t))) != NULL;
     }
   }
+  /* those live in every section */
+  uint32_t k = 0;
+  uint64_t top = 0;
+  for (uint32_t j = 0; ok && j < nf; j++)
+    if (f[j].slo == 0 && f[j].shi >= ns && f[j].hi > f[j].lo) merge_run(s->common, &k, &top, f[j].lo, f[j].hi);
+  s->ncommon = k;
+  if (ok) sum_runs(s->common, s->common_before, k);
+  /* each section's: every obstacle appended to the sections it lives in, by offset */
+  size_t total = 0;
+  for (int pass = 0; ok && pass < 2; pass++) {
+    memset(count, 0, (ns ? ns : 1) * sizeof *count);
+    for (uint32_t j = 0; j < nf; j++) {
+      if (f[j].hi <= f[j].lo) continue;
+      for (uint32_t q = f[j].slo; q < f[j].shi && q < ns; q++)
+        merge_run(pass ? s->sec_runs + 2 * (size_t)s->sec_start[q] : NULL, &count[q], &last_hi[q], f[j].lo, f[j].hi);
+    }
+    if (pass == 1) break;
+    for (uint32_t q = 0; q < ns; q++) total += count[q];
+    if (total > SECTION_RUNS_MAX) break; /* the common list alone */
+    s->sec_start = malloc(((size_t)ns + 1) * sizeof(uint32_t));
+    s->sec_runs = malloc((total ? total : 1) * 2 * sizeof(uint64_t));
+    s->sec_before = malloc((total ? total : 1) * sizeof(uint64_t));
+    s->sec_cap = malloc((ns ? ns : 1) * sizeof(uint64_t));
+    ok = s->sec_start && s->sec_runs && s->sec_before && s->sec_cap;
+    for (uint32_t q = 0, at = 0; ok && q <= ns; q++) {
+      s->sec_start[q] = at;
+      if (q < ns) at += count[q];
+    }
+  }
+  if (ok && s->sec_start)
+    for (uint32_t q = 0; q < ns; q++)
+      sum_runs(s->sec_runs + 2 * (size_t)s->sec_start[q], s->sec_before + s->sec_start[q], count[q]);
   free(f);
-  s->common_before[0] = 0;
-  for (uint32_t k = 0; k < s->ncommon; k++)
-    s->common_before[k + 1] = s->common_before[k] + (s->common[2 * k + 1] - s->common[2 * k]);
-  return true;
+  free(last_hi);
+  free(count);
+  return ok;
 }
 
 /* The lowest aligned offset at or above o where item i clears its obstacles; UINT64_MAX - 1
@@ -251,21 +297,22 @@ static uint64_t clear_obstacles(const st_search* s, uint32_t i, uint64_t o) {
   return o > UINT64_MAX - 2 - size ? UINT64_MAX - 1 : o;
 }
 
-/* Bytes of the obstacles live in every section that lie below x. */
-static uint64_t common_below(const st_search* s, uint64_t x) {
-  uint32_t lo = 0, hi = s->ncommon;
-  while (lo < hi) { /* the runs that start below x */
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (s->common[2 * mid] < x) lo = mid + 1; else hi = mid;
-  }
-  if (lo == 0) return 0;
-  uint64_t end = s->common[2 * (lo - 1) + 1];
-  return s->common_before[lo] - (end > x ? end - x : 0);
+/* Bytes of section q's obstacles below x. */
+static uint64_t section_below(const st_search* s, uint32_t q, uint64_t x) {
+  uint32_t a = s->sec_start[q];
+  return runs_below(s->sec_runs + 2 * (size_t)a, s->sec_before + a, s->sec_start[q + 1] - a, x);
 }
 
-/* Bytes between `level` and the capacity that no unplaced item can use (level <= cap). */
-static uint64_t blocked_above(const st_search* s, uint64_t level) {
-  return s->ncommon ? s->common_cap - common_below(s, level) : 0;
+/* Bytes of section q between `level` and the capacity that its obstacles hold, so that no
+ * unplaced item can use them (level <= cap). */
+static uint64_t blocked_above(const st_search* s, uint32_t q, uint64_t level) {
+  if (s->sec_start) return s->sec_cap[q] - section_below(s, q, level);
+  return s->ncommon ? s->common_cap - runs_below(s->common, s->common_before, s->ncommon, level) : 0;
+}
+
+/* The same for every section at once: only what the obstacles live in every section hold. */
+static uint64_t blocked_above_all(const st_search* s, uint64_t level) {
+  return s->ncommon ? s->common_cap - runs_below(s->common, s->common_before, s->ncommon, level) : 0;
 }
 
 stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
@@ -450,6 +497,10 @@ void st_search_destroy(st_search* s) {
   free(s->obs);
   free(s->common);
   free(s->common_before);
+  free(s->sec_start);
+  free(s->sec_runs);
+  free(s->sec_before);
+  free(s->sec_cap);
   free(s);
 }
 
@@ -600,7 +651,7 @@ static void unplace(st_search* s, uint32_t i, size_t mark_min, size_t mark_floor
 
 /* Section q's unplaced bytes fit between `level` and the capacity. */
 static bool fits_from(const st_search* s, uint32_t q, uint64_t level) {
-  return level <= s->cap && s->total[q] <= s->cap - level - blocked_above(s, level);
+  return level <= s->cap && s->total[q] <= s->cap - level - blocked_above(s, q, level);
 }
 
 /* sections_fit after item i was placed at `offset`, its parent having passed it: only the
@@ -612,11 +663,11 @@ static bool fits_after(const st_search* s, uint32_t i, uint64_t offset, uint32_t
   for (uint32_t a = 0; a < s->naffected; a++)
     if (!fits_from(s, s->affected[a], s->floor[s->affected[a]])) return false;
   return offset <= s->cap &&
-         seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)(s->cap - offset - blocked_above(s, offset));
+         seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)(s->cap - offset - blocked_above_all(s, offset));
 }
 
 static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint32_t rhi) {
-  if (!s->ncommon) { /* the loop a search without obstacles runs at every node */
+  if (!s->obs_start) { /* the loop a search without obstacles runs at every node */
     for (uint32_t q = rlo; q < rhi; q++) {
       uint64_t level = ST_MAX(s->floor[q], offset);
       if (level > s->cap || s->total[q] > s->cap - level) return false;
@@ -809,7 +860,8 @@ st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
   s->heuristic = heuristic % ST_SEARCH_HEURISTICS;
   for (uint32_t p = 0; p < s->n; p++) s->rank[s->pre[s->heuristic][p]] = p;
   s->umin.len = s->ufloor.len = 0;
-  s->common_cap = s->ncommon ? common_below(s, capacity) : 0;
+  s->common_cap = s->ncommon ? runs_below(s->common, s->common_before, s->ncommon, capacity) : 0;
+  for (uint32_t q = 0; s->sec_start && q < s->nsec; q++) s->sec_cap[q] = section_below(s, q, capacity);
   for (uint32_t i = 0; i < s->n; i++) {
     s->off[i] = UNPLACED;
     s->minoff[i] = clear_obstacles(s, i, 0);
