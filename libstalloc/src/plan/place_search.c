@@ -216,7 +216,8 @@ static bool build_obstacles(st_search* s, const st_search_input* in) {
   bool ok = f && last_hi && count && s->obs_start && s->common && s->common_before;
   if (ok) {
     for (uint32_t k = 0; k < nf; k++)
-      f[k] = (fixed_ref){in->fixed_offset[k], in->fixed_offset[k] + in->fixed_size[k], in->fixed_slo[k], in->fixed_shi[k]};
+      f[k] = (fixed_ref){in->fixed_offset[k], in->fixed_offset[k] + in->fixed_size[k], in->fixed_slo[k],
+                         in->fixed_shi[k]};
     st_sort(f, nf, sizeof *f, cmp_fixed_ref);
   }
   /* each item's */
@@ -227,7 +228,8 @@ static bool build_obstacles(st_search* s, const st_search_input* in) {
       uint32_t k = 0;
       uint64_t top = 0;
       for (uint32_t j = 0; j < nf; j++)
-        if (f[j].slo < s->shi[i] && s->slo[i] < f[j].shi && f[j].hi > f[j].lo) merge_run(out, &k, &top, f[j].lo, f[j].hi);
+        if (f[j].slo < s->shi[i] && s->slo[i] < f[j].shi && f[j].hi > f[j].lo)
+          merge_run(out, &k, &top, f[j].lo, f[j].hi);
       if (pass == 0) {
         s->obs_start[i] = (uint32_t)total;
         total += k;
@@ -253,7 +255,8 @@ static bool build_obstacles(st_search* s, const st_search_input* in) {
     for (uint32_t j = 0; j < nf; j++) {
       if (f[j].hi <= f[j].lo) continue;
       for (uint32_t q = f[j].slo; q < f[j].shi && q < ns; q++)
-        merge_run(pass ? s->sec_runs + 2 * (size_t)s->sec_start[q] : NULL, &count[q], &last_hi[q], f[j].lo, f[j].hi);
+        merge_run(pass ? s->sec_runs + 2 * (size_t)s->sec_start[q] : NULL, &count[q], &last_hi[q], f[j].lo,
+                  f[j].hi);
     }
     if (pass == 1) break;
     for (uint32_t q = 0; q < ns; q++) total += count[q];
@@ -662,8 +665,9 @@ static bool fits_after(const st_search* s, uint32_t i, uint64_t offset, uint32_t
     if (!fits_from(s, q, s->floor[q])) return false;
   for (uint32_t a = 0; a < s->naffected; a++)
     if (!fits_from(s, s->affected[a], s->floor[s->affected[a]])) return false;
-  return offset <= s->cap &&
-         seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)(s->cap - offset - blocked_above_all(s, offset));
+  if (offset > s->cap) return false;
+  uint64_t room = s->cap - offset - blocked_above_all(s, offset);
+  return seg_query(s, 1, 0, s->seg_size, rlo, rhi) <= (__int128)room;
 }
 
 static bool sections_fit(const st_search* s, uint64_t offset, uint32_t rlo, uint32_t rhi) {
