@@ -77,7 +77,8 @@ def place_records(items) -> bytes:
 
 def place_seeds():
     """A step's requests around blocks in use (three fixed, stacked with gaps, living
-    throughout) and a random mix with one item in ten fixed; a few parameter bytes each."""
+    throughout) and a random mix with one item in ten fixed; a few parameter bytes
+    each."""
     rng = np.random.default_rng(3)
     around = [(0, 255, 64, True, 0), (0, 255, 96, True, 32), (0, 255, 40, True, 16)]
     around += [(int(a), int(b), int(c), False, 0) for a, b, c in
