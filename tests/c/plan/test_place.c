@@ -105,11 +105,10 @@ static void test_identical_lifetimes(void) {
   CHECK(place_and_check(it, 30, 1, 0.5) == sum);
 }
 
-/* A known instance where plain greedy by size is not optimal but the search is:
- * the bound is reachable by construction (a perfect tiling of a 2-D rectangle). */
-static void test_search_reaches_bound(void) {
-  /* Cut the rectangle [0,100) x [0,64) into pieces: every column of the plan is full. */
-  st_place_item it[64];
+/* The rectangle [0,100) x [0,64) cut into at most 61 pieces (lifetime x size), so a placement
+ * with peak 64 exists: every column of the plan is full. With fixed_one_in > 0, one piece in
+ * that many (drawn) keeps its place in the tiling as a fixed item. Returns the pieces. */
+static size_t tiling(st_place_item it[64], uint64_t fixed_one_in) {
   size_t n = 0;
   uint64_t y = 0;
   while (y < 64 && n < 60) {
@@ -119,12 +118,21 @@ static void test_search_reaches_bound(void) {
     while (t < 100 && n < 60) {
       uint64_t w = 10 + rnd(50);
       if (t + w > 100 || 100 - (t + w) < 10) w = 100 - t;
-      it[n++] = (st_place_item){t, t + w, h, PLACE_FREE};
+      bool fixed = fixed_one_in && rnd(fixed_one_in) == 0;
+      it[n++] = (st_place_item){t, t + w, h, fixed ? y : PLACE_FREE};
       t += w;
     }
     y += h;
   }
   if (y < 64) it[n++] = (st_place_item){0, 100, 64 - y, PLACE_FREE};
+  return n;
+}
+
+/* A known instance where plain greedy by size is not optimal but the search is:
+ * the bound is reachable by construction (a perfect tiling of a 2-D rectangle). */
+static void test_search_reaches_bound(void) {
+  st_place_item it[64];
+  size_t n = tiling(it, 0);
   st_place_params pp = {1, 5.0, NULL};
   st_place_result r;
   uint64_t off[64];
@@ -142,22 +150,7 @@ static void test_search_around_fixed_reaches_bound(void) {
   int greedy_short = 0;
   for (int round = 0; round < 20; round++) {
     st_place_item it[64];
-    size_t n = 0;
-    uint64_t y = 0;
-    while (y < 64 && n < 60) {
-      uint64_t h = 1 + rnd(8);
-      if (y + h > 64) h = 64 - y;
-      uint64_t t = 0;
-      while (t < 100 && n < 60) {
-        uint64_t w = 10 + rnd(50);
-        if (t + w > 100 || 100 - (t + w) < 10) w = 100 - t;
-        /* one piece in five keeps its place in the tiling */
-        it[n++] = (st_place_item){t, t + w, h, rnd(5) == 0 ? y : PLACE_FREE};
-        t += w;
-      }
-      y += h;
-    }
-    if (y < 64) it[n++] = (st_place_item){0, 100, 64 - y, PLACE_FREE};
+    size_t n = tiling(it, 5);
     CHECK(place_and_check(it, n, 1, 5.0) == 64);
     greedy_short += place_and_check(it, n, 1, 0.0) > 64;
   }
