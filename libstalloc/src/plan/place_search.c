@@ -306,16 +306,15 @@ static uint64_t section_below(const st_search* s, uint32_t q, uint64_t x) {
   return runs_below(s->sec_runs + 2 * (size_t)a, s->sec_before + a, s->sec_start[q + 1] - a, x);
 }
 
-/* Bytes of section q between `level` and the capacity that its obstacles hold, so that no
- * unplaced item can use them (level <= cap). */
-static uint64_t blocked_above(const st_search* s, uint32_t q, uint64_t level) {
-  if (s->sec_start) return s->sec_cap[q] - section_below(s, q, level);
+/* Bytes between `level` and the capacity that the obstacles live in every section hold, so
+ * that no unplaced item can use them in any section (level <= cap). */
+static uint64_t blocked_above_all(const st_search* s, uint64_t level) {
   return s->ncommon ? s->common_cap - runs_below(s->common, s->common_before, s->ncommon, level) : 0;
 }
 
-/* The same for every section at once: only what the obstacles live in every section hold. */
-static uint64_t blocked_above_all(const st_search* s, uint64_t level) {
-  return s->ncommon ? s->common_cap - runs_below(s->common, s->common_before, s->ncommon, level) : 0;
+/* The same for section q alone: what all of its own obstacles hold, where it keeps them. */
+static uint64_t blocked_above(const st_search* s, uint32_t q, uint64_t level) {
+  return s->sec_start ? s->sec_cap[q] - section_below(s, q, level) : blocked_above_all(s, level);
 }
 
 stalloc_status_t st_search_create(const st_search_input* in, st_search** out) {
