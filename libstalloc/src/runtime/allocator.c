@@ -706,6 +706,7 @@ static void serve_kind(stalloc_allocator_t* a, int k) {
  * to a granule, or 1/CHURN_SLACK of the peak reserved if that is more, above what the run has
  * needed is used rather than declined, for a plan's region keeps its granules mapped. */
 #define CHURN_GRANULES 16
+#define CHURN_HELD_STEPS 2 /* steps the pool's peak held before a churning pool places at the ends */
 #define CHURN_SLACK 1024
 
 /* What freeing the growable pool's live blocks allocated since request id `first` would give
@@ -798,7 +799,16 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   a->peak_held_steps = a->budget.peak_reserved != a->peak_at_marker ? 0 : a->peak_held_steps + (a->peak_held_steps < UINT32_MAX);
   a->peak_at_marker = a->budget.peak_reserved;
   uint32_t after = st_online_params(a->online)->pool_at_ends_after;
-  if (a->arena) st_arena_set_at_ends(a->arena, after && st_online_in_pool(a->online) && a->peak_held_steps >= after);
+  /* A pool whose step, at a peak that held, moved three quarters as many granules as it holds or
+   * more places at the ends of free blocks whatever pool_at_ends_after says (a U-Net trained at
+   * several image sizes, at 256x: 2,400-5,700 moves a step, tens of us each on a GPU; at the
+   * ends, none). Half the pool would also catch Mixtral's 1F1B runs, at a granule or two more
+   * (docs/online.md, "Moves at the pool's peak"). */
+  uint64_t moved = a->arena ? st_arena_maps(a->arena) - a->step_arena_maps : 0;
+  bool churns = a->arena && a->peak_held_steps >= CHURN_HELD_STEPS &&
+                moved * 4 * st_arena_granule(a->arena) >= 3 * a->budget.reserved;
+  if (a->arena)
+    st_arena_set_at_ends(a->arena, st_online_in_pool(a->online) && ((after && a->peak_held_steps >= after) || churns));
   a->step_first_id = a->next_id; /* for the next boundary's decision, as step_allocs_at */
   if (a->arena) a->step_arena_maps = st_arena_maps(a->arena);
   int planned = 0;
