@@ -1,5 +1,6 @@
 """tools/make_traces.py records the held-out convnet family with torch alone (no transformers):
-a real run's trace, one step marker per optimizer step, every block freed or live at the end."""
+a real run's trace, one step marker per optimizer step, every block freed or live at the end;
+tools/make_loop_traces.py records its loops the same way."""
 
 import importlib.util
 import os
@@ -171,3 +172,42 @@ def test_mixed_precision_and_clipping_shape_the_recorded_step(make_traces, tmp_p
         make_traces.record("llama", "1f1b_vpp", 1, True, str(tmp_path), False, importer, amp=True)
     with pytest.raises(SystemExit):
         make_traces.main(["--clip-grad", "0", "--models", "convnet", "--out", str(tmp_path / "x")])
+
+
+@pytest.fixture(scope="module")
+def make_loop_traces():
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "_make_loop_traces", os.path.join(REPO, "tools", "make_loop_traces.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_loop_of_another_shape_records_a_real_trace(make_loop_traces, tmp_path):
+    # tools/make_loop_traces.py's U-Net: the image size changes every 4 steps, so step 5 (the
+    # first at 96 px) asks for more bytes than step 4 (the last at 64 px)
+    import torch
+    threads = torch.get_num_threads()  # main() sets one, for the recording's order
+    try:
+        assert make_loop_traces.main(["--out", str(tmp_path), "--loops", "unet_multiscale", "--steps", "5"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    ev = np.load(tmp_path / "unet_multiscale.npz")["events"]
+    kinds = ev["kind"]
+    assert int((kinds == 3).sum()) == 6  # construction + 5 optimizer steps
+    allocs, frees = ev[kinds == 1], ev[kinds == 2]
+    assert set(frees["id"]) <= set(allocs["id"])
+    marks = np.flatnonzero(kinds == 3)
+    before, after = ev[marks[4]:marks[5]], ev[marks[5]:]
+    assert after["size"][after["kind"] == 1].sum() > before["size"][before["kind"] == 1].sum()
+    # the shipped recording is the same run, 16 steps long
+    shipped = np.load(os.path.join(REPO, "tests", "data", "traces", "loops", "unet_multiscale.npz"))["events"]
+    n = marks[5]
+    assert np.array_equal(shipped["size"][:n], ev["size"][:n]) and np.array_equal(shipped["kind"][:n], ev["kind"][:n])
+
+
+def test_make_loop_traces_refuses_a_step_count_under_one(make_loop_traces, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        make_loop_traces.main(["--out", str(tmp_path), "--steps", "0"])
+    assert "--steps must be at least 1" in capsys.readouterr().err
