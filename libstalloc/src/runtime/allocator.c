@@ -799,14 +799,13 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   a->peak_held_steps = a->budget.peak_reserved != a->peak_at_marker ? 0 : a->peak_held_steps + (a->peak_held_steps < UINT32_MAX);
   a->peak_at_marker = a->budget.peak_reserved;
   uint32_t after = st_online_params(a->online)->pool_at_ends_after;
-  /* A pool whose step, at a peak that held, moved three quarters as many granules as it holds or
-   * more places at the ends of free blocks whatever pool_at_ends_after says (a U-Net trained at
+  /* A pool whose step, at a peak that held, moved half as many granules as it holds or more
+   * places at the ends of free blocks whatever pool_at_ends_after says (a U-Net trained at
    * several image sizes, at 256x: 2,400-5,700 moves a step, tens of us each on a GPU; at the
-   * ends, none). Half the pool would also catch Mixtral's 1F1B runs, at a granule or two more
-   * (docs/online.md, "Moves at the pool's peak"). */
+   * ends, none). docs/online.md, "A pool that churns places at the ends all the same". */
   uint64_t moved = a->arena ? st_arena_maps(a->arena) - a->step_arena_maps : 0;
   bool churns = a->arena && a->peak_held_steps >= CHURN_HELD_STEPS &&
-                moved * 4 * st_arena_granule(a->arena) >= 3 * a->budget.reserved;
+                moved * 2 * st_arena_granule(a->arena) >= a->budget.reserved;
   if (a->arena)
     st_arena_set_at_ends(a->arena, st_online_in_pool(a->online) && ((after && a->peak_held_steps >= after) || churns));
   a->step_first_id = a->next_id; /* for the next boundary's decision, as step_allocs_at */
