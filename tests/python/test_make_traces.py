@@ -13,14 +13,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pytestmark = pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")
 
 
-@pytest.fixture(scope="module")
-def make_traces():
+def _load_tool(name: str):
+    """tools/<name>.py as a module (tools/ is not a package)."""
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location(
-        "_make_traces", os.path.join(REPO, "tools", "make_traces.py"))
+    spec = importlib.util.spec_from_file_location("_" + name, os.path.join(REPO, "tools", name + ".py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def make_traces():
+    return _load_tool("make_traces")
 
 
 def test_held_out_families_take_only_variants_they_can_run(make_traces):
@@ -176,12 +180,7 @@ def test_mixed_precision_and_clipping_shape_the_recorded_step(make_traces, tmp_p
 
 @pytest.fixture(scope="module")
 def make_loop_traces():
-    pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location(
-        "_make_loop_traces", os.path.join(REPO, "tools", "make_loop_traces.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _load_tool("make_loop_traces")
 
 
 def test_a_loop_of_another_shape_records_a_real_trace(make_loop_traces, tmp_path):
