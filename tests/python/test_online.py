@@ -1202,9 +1202,9 @@ def test_a_pool_that_moves_most_of_its_granules_a_step_places_at_the_ends_of_fre
 def test_a_layout_does_not_keep_the_first_requests_where_best_fit_put_them():
     # The first step at a new image size goes by best fit, which puts its first requests (before
     # the step's key position, where its layout is started) far up; the layout of each later
-    # step kept them there, its top 46% above its peak, and every step at the pool's peak moved
-    # granules to follow it (1,398 a step over steps 14-16). The kind's next steps now take the
-    # layout placed with them free, and map nothing once it serves.
+    # step kept them there, its top up to 48% above its peak, and each step at the pool's peak
+    # moved granules to follow it (1,398 a step over steps 14-16). The kind's next steps now
+    # take the layout placed with them free, and map nothing once it serves.
     maps, granules, _ = unet_maps_per_step()
     for step in (15, 16):
         assert maps[step] <= granules[step] // 100, (step, maps, granules)
