@@ -741,6 +741,7 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   a->step_hit_bytes = c.hit_bytes;
   uint64_t step_allocs = a->allocs_seen - a->step_allocs_at;
   a->step_allocs_at = a->allocs_seen;
+  uint64_t moved = a->arena ? st_arena_maps(a->arena) - a->step_arena_maps : 0; /* granules the step mapped */
   stalloc_event_t marker = {.id = step, .device = (int16_t)a->options.device, .kind = STALLOC_EVENT_STEP};
   bool drop = false;
   int k = -1;
@@ -772,7 +773,6 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
     /* A growable pool that moved granules in the last step pays the driver calls of each move
      * (tens of us on a GPU) every step, where a plan's region holds its granules: then a plan
      * that needs a little more memory is used all the same. */
-    uint64_t moved = a->arena ? st_arena_maps(a->arena) - a->step_arena_maps : 0;
     uint64_t slack = a->arena && moved >= CHURN_GRANULES ? ST_MAX(g, a->budget.peak_reserved / CHURN_SLACK) : 0;
     bool declined = (a->arena || others) && need > a->budget.peak_reserved + slack;
     if (declined && a->arena && !drop_plans(a)) declined = false; /* no memory to drop them */
@@ -803,7 +803,6 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
    * places at the ends of free blocks whatever pool_at_ends_after says (a U-Net trained at
    * several image sizes, at 256x: 2,400-5,700 moves a step, tens of us each on a GPU; at the
    * ends, none). docs/online.md, "A pool that churns places at the ends all the same". */
-  uint64_t moved = a->arena ? st_arena_maps(a->arena) - a->step_arena_maps : 0;
   bool churns = a->arena && a->peak_held_steps >= CHURN_HELD_STEPS &&
                 moved * 2 * st_arena_granule(a->arena) >= a->budget.reserved;
   if (a->arena)
