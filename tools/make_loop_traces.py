@@ -21,7 +21,8 @@ optimizer step, converted with ``stalloc.importers.torch_profiler``):
                    gradient clipping; AdamW one tensor at a time
 
 Every shape is drawn from a seeded generator before it is used, so a recording is the same on
-every run with one torch thread. Example:
+every run with one torch thread on one machine (convolutions' buffers follow the CPU's vector
+width: on another CPU the U-Net asks a few percent of its requests at other sizes). Example:
 python3 tools/make_loop_traces.py --out tests/data/traces/loops --loops unet_multiscale
 """
 
