@@ -853,6 +853,10 @@ stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t s
   LOCK(a);
   a->stats.steps++;
   st_record_event(a, STALLOC_EVENT_STEP, step, 0, NULL, 0, a->options.device, 0);
+  /* A replaced plan whose last block was freed with work still queued (a GPU's), or whose
+   * pending blocks a plan sharing its region let go, was not idle at that free: its pool goes
+   * back at the first boundary after. */
+  for (size_t i = a->retired_count; i-- > 0;) retire_if_idle(a, a->retired[i]);
   if (a->online) online_step(a, step);
   if (a->hints) hints_step(a);
   if (a->runtime) st_runtime_step(a->runtime);
