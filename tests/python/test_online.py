@@ -230,21 +230,22 @@ def test_the_gpu_run_with_eval_passes_moves_no_granule_once_planned():
     assert switched == 1 and end.peak_reserved_bytes - end.peak_allocated_bytes < 16 << 20
 
 
-def test_two_plans_by_turns_move_no_granule_from_under_their_own_blocks():
+def test_two_plans_by_turns_share_one_region_and_move_no_granule():
     # The same run with replan_miss_share=0, so that the eval passes (32 KB of 6.3 GB missed)
-    # still get a plan of their own: two plans served by turns. The eval pass moves its pool's
-    # granules in; the training step after it takes them back, not granules from under its own
-    # later blocks (397 moves there before the serving plan's pool was told to the arena, where
-    # the pass moved 169).
+    # still get a plan of their own: two plans served by turns. Each in a region of its own,
+    # every switch moved the eval pass's pool's granules in and the training step took them
+    # back (168 each way here; 566 an eval pass on the H200). The second plan's pool is now the
+    # first's region: the eval pass's blocks go where the training step's freed ones were,
+    # mapped already, and no granule moves once both plans serve, for the same peak reserved as
+    # one plan.
     at_markers = gpu_eval_run(replan_miss_share=0.0)
     maps = [b.backend_allocs - a.backend_allocs  # maps[i]: the step marker i opens
             for (a, _), (b, _) in zip(at_markers, at_markers[1:])]
     both = next(i for i, (_, switched) in enumerate(at_markers) if switched == 2)
     later = maps[both + 1:]
-    assert any(later)  # the switches between the pools do move granules
-    for i, m in enumerate(later[:-1]):
-        if m and later[i + 1]:  # an eval pass and the training step after it
-            assert later[i + 1] <= m
+    assert len(later) >= 10 and not any(later)
+    one_plan = gpu_eval_run()[-1][0]
+    assert at_markers[-1][0].peak_reserved_bytes <= one_plan.peak_reserved_bytes
 
 
 @pytest.mark.parametrize("name", KIND_RUNS)

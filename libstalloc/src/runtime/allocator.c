@@ -676,9 +676,15 @@ static bool drop_plans(stalloc_allocator_t* a) {
  * block is freed, its counters add to the allocator's. Lock held. */
 static stalloc_status_t install_plan(stalloc_allocator_t* a, int k, const stalloc_plan* plan,
                                      uint64_t position, bool shaped) {
+  /* Another kind's plan, served by turns with this one: their pools share its region where it
+   * is large enough (the largest such region), so a change of kind moves no granules. */
+  const st_runtime* share = NULL;
+  for (int j = 0; j < ST_ONLINE_KINDS; j++)
+    if (j != k && a->kinds[j] && (!share || st_runtime_pool_size(a->kinds[j]) > st_runtime_pool_size(share)))
+      share = a->kinds[j];
   st_runtime* rt = NULL;
   stalloc_status_t s = st_runtime_create(a->ops, a->backend, &a->caps, &a->budget, a->arena, a->options.alignment,
-                                         plan, position, shaped, &rt);
+                                         plan, position, shaped, share, &rt);
   if (!s && !a->slab)
     s = st_slab_create(a->ops, a->backend, &a->caps, &a->budget, a->arena, a->options.tiny_alignment, &a->slab);
   if (!s && a->kinds[k] && !retired_room(a, 1)) s = st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");

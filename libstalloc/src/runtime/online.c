@@ -534,9 +534,9 @@ static int kind_to_plan(st_online* on, int done, bool drifted) {
   step_kind* sk = &on->kinds[done];
   if (sk->current && !drifted) return -1;
   /* A kind another kind's plan serves as well (an evaluation pass in the training plan's
-   * slots) gets no plan: serving two plans by turns moves their idle granules between them
-   * at each switch, tens of us each on a GPU (the eighth GPU session's Llama with an eval
-   * pass every 5 steps: 566 moves an eval pass, 19% on the mean step, for no less memory). */
+   * slots) gets no plan: a plan of its own would hold no less. (Before plans served by turns
+   * shared a region, it also moved their idle granules between them at each switch: the
+   * eighth GPU session's Llama with an eval pass every 5 steps, 566 moves an eval pass.) */
   if (!sk->current && sk->served_by_other) return -1;
   if (sk->seen < sk->retry_at) return -1;
   return done;

@@ -76,6 +76,20 @@ struct st_range_node {
   st_runtime* owner;            /* a replaced plan's pool lives on until its blocks are freed */
 };
 
+/* The blocks of a pool's address range. Plans of kinds served by turns (a training step and an
+ * evaluation pass; a run's length buckets) share one region of the arena, so the granules a
+ * paused plan lets go are where the next one's blocks go, mapped already, rather than moved to
+ * another region every change of kind (gru_bucket at 256x: about 1,300 moves a step, a third of
+ * the pool). One treap holds every sharing plan's blocks: a hit checks the others' blocks live
+ * across the change (a gradient kept until zero_grad) as its own. The region goes back with the
+ * last plan. */
+typedef struct st_space {
+  st_range_node* root;
+  st_arena_block* region; /* NULL: a pool of its own, never shared */
+  uint64_t size;          /* bytes of the region */
+  unsigned users;
+} st_space;
+
 struct st_runtime {
   const backend_ops* ops;
   void* backend;
@@ -93,7 +107,8 @@ struct st_runtime {
    * after a step with no such miss, and for good when it is retired. */
   st_arena* arena;
   const size_t* shared;         /* the arena's count of SHARED granules (read on each hit) */
-  st_arena_block* region;
+  st_space* space;
+  st_arena_block* region;       /* space->region */
   uint64_t granule;
   uint8_t* held;     /* per granule of the region: held */
   uint8_t* ready;    /* per entry: its range's granules are held */
@@ -115,7 +130,6 @@ struct st_runtime {
   uint64_t hist[HISTORY]; /* a ring: past(rt, 0) is the previous request's size */
   unsigned hist_head;     /* where past(rt, 0) is */
 
-  st_range_node* root;
   st_range_node* spare;
   st_range_node *pending_head, *pending_tail;
   st_range_node* doomed[DOOMED_MAX];
@@ -216,14 +230,14 @@ static inline __attribute__((always_inline)) stalloc_status_t node_new(st_runtim
   n->event = NULL;
   n->pnext = n->pprev = NULL;
   n->owner = rt;
-  rt->root = tr_insert(rt->root, n);
+  rt->space->root = tr_insert(rt->space->root, n);
   rt->nodes++;
   *out = n;
   return STALLOC_OK;
 }
 
-static void node_drop(st_runtime* rt, st_range_node* n) {
-  rt->root = tr_remove(rt->root, n);
+/* A node out of the treap goes back: off the pending list, its granules let go, a spare. */
+static void node_release(st_runtime* rt, st_range_node* n) {
   if (n->state == NODE_PENDING) {
     if (n->pprev) n->pprev->pnext = n->pnext;
     else rt->pending_head = n->pnext;
@@ -235,6 +249,24 @@ static void node_drop(st_runtime* rt, st_range_node* n) {
   n->pnext = rt->spare;
   rt->spare = n;
   rt->nodes--;
+}
+
+static void node_drop(st_runtime* rt, st_range_node* n) {
+  rt->space->root = tr_remove(rt->space->root, n);
+  node_release(rt, n);
+}
+
+/* Takes rt's nodes out of the treap t (the others are put back in a treap of their own) and
+ * chains them by `left` onto *mine. */
+static st_range_node* sift_out(st_range_node* t, const st_runtime* rt, st_range_node* keep, st_range_node** mine) {
+  if (!t) return keep;
+  st_range_node *l = t->left, *r = t->right;
+  keep = sift_out(r, rt, sift_out(l, rt, keep, mine), mine);
+  t->left = t->right = NULL;
+  if (t->owner != rt) return tr_insert(keep, t);
+  t->left = *mine;
+  *mine = t;
+  return keep;
 }
 
 /* Maps (holds) the region's granules under [start, end) not held yet, for a request on
@@ -263,7 +295,7 @@ static void settle_held(st_runtime* rt, uint64_t off, uint64_t size, uint64_t st
 static void count_nodes(st_runtime* rt, st_range_node* t, int d) {
   for (; t; t = t->right) {
     count_nodes(rt, t->left, d);
-    if (t->released) continue; /* let go at its free: it holds nothing (its memory may serve elsewhere) */
+    if (t->released || t->owner != rt) continue; /* another plan's, in a shared region */ /* let go at its free: it holds nothing (its memory may serve elsewhere) */
     void* at = rt->base + t->start;
     if (d > 0) {
       (void)st_arena_region_ref(rt->arena, at, t->end - t->start, ST_ARENA_ANY_STREAM);
@@ -278,7 +310,7 @@ static void count_nodes(st_runtime* rt, st_range_node* t, int d) {
  * no block touches are cached, and go back before new granules are mapped). */
 static void count_granules(st_runtime* rt) {
   if (!rt->region || rt->counted) return;
-  count_nodes(rt, rt->root, +1);
+  count_nodes(rt, rt->space->root, +1);
   for (uint64_t g = 0; g * rt->granule < rt->pool_size; g++)
     if (rt->held[g]) {
       st_arena_region_unref(rt->arena, rt->base + g * rt->granule, rt->granule);
@@ -294,14 +326,14 @@ static void count_granules(st_runtime* rt) {
 static void hold_nodes(st_runtime* rt, st_range_node* t) {
   for (; t; t = t->right) {
     hold_nodes(rt, t->left);
-    if (!t->released) (void)hold_range(rt, t->start, t->end, ST_ARENA_ANY_STREAM); /* mapped: cannot fail */
+    if (!t->released && t->owner == rt) (void)hold_range(rt, t->start, t->end, ST_ARENA_ANY_STREAM); /* mapped: cannot fail */
   }
 }
 
 static void hold_granules(st_runtime* rt) {
   if (!rt->counted || rt->retired) return;
-  hold_nodes(rt, rt->root);
-  count_nodes(rt, rt->root, -1);
+  hold_nodes(rt, rt->space->root);
+  count_nodes(rt, rt->space->root, -1);
   rt->counted = false;
 }
 
@@ -332,8 +364,8 @@ static bool blocked(st_runtime* rt, st_range_node* t, uint64_t a, uint64_t b, ui
 
 static bool range_free(st_runtime* rt, uint64_t a, uint64_t b, uint64_t stream) {
   rt->doomed_count = 0;
-  bool busy = blocked(rt, rt->root, a, b, stream);
-  for (size_t i = 0; i < rt->doomed_count; i++) node_drop(rt, rt->doomed[i]);
+  bool busy = blocked(rt, rt->space->root, a, b, stream);
+  for (size_t i = 0; i < rt->doomed_count; i++) node_drop(rt->doomed[i]->owner, rt->doomed[i]);
   rt->doomed_count = 0;
   return !busy;
 }
@@ -378,7 +410,7 @@ static bool place_dynamic(st_runtime* rt, uint32_t w, uint64_t size, uint64_t* o
     if (r->size < g.need) continue;
     g.pos = r->offset;
     g.end = r->offset + r->size;
-    walk_gaps(rt->root, &g);
+    walk_gaps(rt->space->root, &g);
     if (g.pos < g.end) consider_gap(&g, g.pos, g.end);
   }
   if (g.best == UINT64_MAX) return false;
@@ -393,7 +425,7 @@ static bool place_in_pool(st_runtime* rt, uint64_t size, uint64_t* offset) {
   gap_search g = {.need = st_align_up(size, rt->alignment), .align = rt->alignment,
                   .best = UINT64_MAX, .best_waste = UINT64_MAX, .pos = 0, .end = rt->pool_size};
   if (!g.need || g.need > rt->pool_size) return false;
-  walk_gaps(rt->root, &g);
+  walk_gaps(rt->space->root, &g);
   if (g.pos < g.end) consider_gap(&g, g.pos, g.end);
   if (g.best == UINT64_MAX) return false;
   *offset = g.best;
@@ -591,7 +623,7 @@ static stalloc_status_t check_plan(const stalloc_plan* p, uint64_t alignment) {
   return STALLOC_OK;
 }
 
-static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, uint64_t size) {
+static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, uint64_t size, const st_runtime* share) {
   if (!size) return STALLOC_OK;
   /* A region of the arena is mapped granule by granule where blocks lie; a pool of its own is
    * one allocation, rounded to what the backend hands out. */
@@ -606,14 +638,24 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
   stalloc_status_t s;
   if (rt->arena) { /* address space only: blocks map what they touch */
     rt->granule = st_arena_granule(rt->arena);
+    bool join = share && share->region && share->arena == rt->arena && share->space->size >= size;
     /* the region first: it fails for a pool past the arena's range, before any flag is made */
-    if ((s = st_arena_region(rt->arena, size, rt->alignment, &base, &rt->region))) return s;
+    if (!join && (s = st_arena_region(rt->arena, size, rt->alignment, &base, &rt->space->region))) return s;
     size_t granules = (size_t)((size + rt->granule - 1) / rt->granule);
     if (!(rt->held = calloc(granules, 1))) {
-      st_arena_region_release(rt->arena, rt->region);
-      rt->region = NULL;
+      if (!join) st_arena_region_release(rt->arena, rt->space->region);
+      rt->space->region = NULL;
       return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory for %zu granule flags", granules);
     }
+    if (join) {
+      free(rt->space);
+      rt->space = share->space;
+      rt->space->users++;
+      base = share->base;
+    } else {
+      rt->space->size = size;
+    }
+    rt->region = rt->space->region;
     rt->base = base;
     rt->pool_size = size;
     return STALLOC_OK;
@@ -637,11 +679,15 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
 stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
                                    st_budget* budget, st_arena* arena, uint64_t alignment,
                                    const stalloc_plan* plan, uint64_t position, bool shaped,
-                                   st_runtime** out) {
+                                   const st_runtime* share, st_runtime** out) {
   stalloc_status_t s = check_plan(plan, alignment);
   if (s) return s;
   st_runtime* rt = calloc(1, sizeof *rt);
-  if (!rt) return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
+  if (!rt || !(rt->space = calloc(1, sizeof *rt->space))) {
+    free(rt);
+    return st_fail(STALLOC_ERR_OUT_OF_MEMORY, "load_plan: no host memory");
+  }
+  rt->space->users = 1;
   rt->ops = ops;
   rt->backend = backend;
   rt->budget = budget;
@@ -677,7 +723,7 @@ stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const 
   for (size_t i = 0; i < n; i++)
     if (rt->entries[i].offset != PLAN_NO_OFFSET)
       need = ST_MAX(need, st_align_up(rt->entries[i].offset + rt->entries[i].size, rt->alignment));
-  s = reserve_pool(rt, caps, need);
+  s = reserve_pool(rt, caps, need, share);
   if (s) {
     st_runtime_destroy(rt);
     return s;
@@ -689,15 +735,21 @@ stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const 
 
 void st_runtime_destroy(st_runtime* rt) {
   if (!rt) return;
-  while (rt->root) node_drop(rt, rt->root);
+  st_range_node* mine = NULL;
+  rt->space->root = sift_out(rt->space->root, rt, NULL, &mine);
+  for (st_range_node* next; mine; mine = next) {
+    next = mine->left;
+    node_release(rt, mine);
+  }
   for (st_range_node *n = rt->spare, *next; n; n = next) {
     next = n->pnext;
     free(n);
   }
+  bool last = --rt->space->users == 0;
   if (rt->region) {
     for (uint64_t g = 0; !rt->counted && g * rt->granule < rt->pool_size; g++)
       if (rt->held[g]) st_arena_region_unref(rt->arena, rt->base + g * rt->granule, rt->granule);
-    st_arena_region_release(rt->arena, rt->region);
+    if (last) st_arena_region_release(rt->arena, rt->region);
   } else if (rt->base) {
     if (rt->pool_mapped) {
       rt->ops->unmap(rt->backend, rt->base, rt->pool_size);
@@ -713,6 +765,7 @@ void st_runtime_destroy(st_runtime* rt) {
   free(rt->window_of);
   free(rt->windows);
   free(rt->ranges);
+  if (last) free(rt->space);
   free(rt);
 }
 

@@ -29,11 +29,12 @@ typedef struct st_runtime_counters {
  * an arena, as a region of it whose granules are mapped as blocks touch them (see arena.h).
  * `position` is the number of allocs the run made before the plan was loaded. `shaped`: the
  * plan holds the largest size seen per position, so a smaller request at the cursor takes
- * its slot. */
+ * its slot. `share` (or NULL): a plan served by turns with this one, whose region this pool
+ * shares when it is large enough (each plan's hits then check the other's blocks too). */
 stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
                                    st_budget* budget, st_arena* arena, uint64_t alignment,
                                    const stalloc_plan* plan, uint64_t position, bool shaped,
-                                   st_runtime** out);
+                                   const st_runtime* share, st_runtime** out);
 /* Gives the pool back, live blocks included. */
 void st_runtime_destroy(st_runtime* rt);
 /* Matches the request against the plan (advancing or resynchronising the position) and, for

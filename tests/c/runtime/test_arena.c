@@ -126,7 +126,7 @@ static void test_runtime_in_a_region(void) {
   stalloc_plan p = {.pool_size = 48 * MiB, .alignment = 512, .iteration = iter, .iteration_count = 2};
   seal_plan(&p);
   st_runtime* rt;
-  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, &rt));
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, NULL, &rt));
   CHECK(f.budget.reserved == 0 && st_runtime_pool_size(rt) == 48 * MiB);
   void* ptr[2];
   st_range_node* node[2];
@@ -170,10 +170,83 @@ static void test_runtime_in_a_region(void) {
   st_arena_free(f.arena, gb, 0);
   CHECK(st_arena_trim(f.arena) == 24 * G);
   /* Destroyed while served, live block included: everything goes back. */
-  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, &rt));
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, NULL, &rt));
   CHECK_OK(st_runtime_alloc(rt, 8 * MiB, 0, &out, &ptr[0], &node[0]));
   st_runtime_destroy(rt);
   CHECK(st_arena_trim(f.arena) == 4 * G && f.budget.reserved == 0);
+  teardown(&f);
+}
+
+/* Plans of two kinds served by turns share one region: the second plan's pool starts where the
+ * first's does, a hit on a range the other plan's block still holds misses (never two live
+ * blocks on one byte), a change of kind maps no granule the other plan let go, and the region
+ * goes back with the last of them. */
+static void test_plans_of_two_kinds_share_a_region(void) {
+  fixture f;
+  setup(&f);
+  st_plan_entry ia[2] = {{8 * MiB, 0, PLAN_CLASS_PERIODIC, UINT32_MAX},
+                         {8 * MiB, 8 * MiB, PLAN_CLASS_PERIODIC, UINT32_MAX}};
+  stalloc_plan pa = {.pool_size = 16 * MiB, .alignment = 512, .iteration = ia, .iteration_count = 2};
+  seal_plan(&pa);
+  st_plan_entry ib[1] = {{6 * MiB, 0, PLAN_CLASS_PERIODIC, UINT32_MAX}};
+  stalloc_plan pb = {.pool_size = 6 * MiB, .alignment = 512, .iteration = ib, .iteration_count = 1};
+  seal_plan(&pb);
+  st_runtime *a, *b, *c;
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &pa, 0, false, NULL, &a));
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &pb, 0, false, a, &b));
+  const void *base_a, *base_b;
+  uint64_t size_a, size_b;
+  CHECK(st_runtime_span(a, &base_a, &size_a) && st_runtime_span(b, &base_b, &size_b));
+  CHECK(base_a == base_b && size_a == 16 * MiB && size_b == 6 * MiB);
+  /* A pool larger than the region gets one of its own. */
+  st_plan_entry ic[1] = {{32 * MiB, 0, PLAN_CLASS_PERIODIC, UINT32_MAX}};
+  stalloc_plan pc = {.pool_size = 32 * MiB, .alignment = 512, .iteration = ic, .iteration_count = 1};
+  seal_plan(&pc);
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &pc, 0, false, a, &c));
+  const void* base_c;
+  uint64_t size_c;
+  CHECK(st_runtime_span(c, &base_c, &size_c) && (const uint8_t*)base_c >= (const uint8_t*)base_a + size_a);
+  st_runtime_destroy(c);
+
+  void *pa0, *pa1, *pb0;
+  st_range_node *na0, *na1, *nb0;
+  st_rt_outcome out;
+  CHECK_OK(st_runtime_alloc(a, 8 * MiB, 0, &out, &pa0, &na0));
+  CHECK(out == RT_HIT && pa0 == base_a);
+  CHECK_OK(st_runtime_alloc(a, 8 * MiB, 0, &out, &pa1, &na1));
+  CHECK(out == RT_HIT);
+  st_runtime_free(a, na1, 0);
+  st_runtime_step(a);
+  CHECK(f.budget.reserved == 8 * G);
+  /* The other kind's step, with a's first block still live where b's plan puts its block. */
+  st_runtime_pause(a);
+  CHECK_OK(st_runtime_alloc(b, 6 * MiB, 0, &out, &pb0, &nb0));
+  CHECK(out != RT_HIT);
+  st_runtime_free(a, na0, 0);
+  uint64_t maps = st_arena_maps(f.arena);
+  CHECK_OK(st_runtime_alloc(b, 6 * MiB, 0, &out, &pb0, &nb0));
+  CHECK(out == RT_HIT && pb0 == base_a);
+  CHECK(st_arena_maps(f.arena) == maps); /* the granules a let go, still mapped where b wants them */
+  /* a again, b's block live across the change: a's slot under it misses, the other hits. */
+  st_runtime_pause(b);
+  st_runtime_step(a);
+  CHECK_OK(st_runtime_alloc(a, 8 * MiB, 0, &out, &pa0, &na0));
+  CHECK(out != RT_HIT);
+  CHECK_OK(st_runtime_alloc(a, 8 * MiB, 0, &out, &pa1, &na1));
+  CHECK(out == RT_HIT && (uint8_t*)pa1 == (uint8_t*)base_a + 8 * MiB);
+  /* a goes with its block live; b's block stays where it is, and the region with it. */
+  st_runtime_destroy(a);
+  void* q;
+  st_arena_block* qb;
+  CHECK_OK(st_arena_alloc(f.arena, 16 * MiB, 0, &q, &qb));
+  CHECK((uint8_t*)q >= (uint8_t*)base_b + 16 * MiB || (uint8_t*)q + 16 * MiB <= (uint8_t*)base_b);
+  st_arena_free(f.arena, qb, 0);
+  st_runtime_free(b, nb0, 0);
+  st_runtime_destroy(b);
+  CHECK_OK(st_arena_alloc(f.arena, 16 * MiB, 0, &q, &qb));
+  CHECK(q == base_b); /* the region's range is free again */
+  st_arena_free(f.arena, qb, 0);
+  st_arena_trim(f.arena);
   teardown(&f);
 }
 
@@ -186,7 +259,7 @@ static void test_pool_past_the_range(void) {
   stalloc_plan p = {.pool_size = 1ull << 45, .alignment = 512, .iteration = iter, .iteration_count = 1};
   seal_plan(&p);
   st_runtime* rt = NULL;
-  CHECK_STATUS(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, &rt),
+  CHECK_STATUS(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, false, NULL, &rt),
                STALLOC_ERR_OUT_OF_MEMORY);
   CHECK(rt == NULL && f.budget.reserved == 0);
   void* q;
@@ -696,7 +769,7 @@ static void test_a_grown_input_leaves_a_tolerant_plan(void) {
                     .uses_step_markers = 1, .sizes_tolerated = 1};
   seal_plan(&p);
   st_runtime* rt;
-  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, true, &rt));
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &p, 0, true, NULL, &rt));
   static const uint64_t input[3] = {48 * 1024, 128 * 1024, 64 * 1024}; /* smaller, grown, as planned */
   static const st_rt_outcome second[3] = {RT_HIT, RT_FALLBACK, RT_HIT};
   for (int step = 0; step < 3; step++) {
@@ -721,6 +794,7 @@ int main(void) {
   RUN(test_granules_follow_live_blocks);
   RUN(test_region_maps_what_its_blocks_touch);
   RUN(test_runtime_in_a_region);
+  RUN(test_plans_of_two_kinds_share_a_region);
   RUN(test_a_grown_input_leaves_a_tolerant_plan);
   RUN(test_pool_past_the_range);
   RUN(test_slab_chunks_share_granules);

@@ -352,7 +352,7 @@ static void test_streams_and_dynamic(void) {
                     .windows = &win, .window_count = 1, .ranges = &range, .range_count = 1};
   seal_plan(&p);
   st_runtime* rt;
-  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, NULL, 512, &p, 0, false, &rt));
+  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, NULL, 512, &p, 0, false, NULL, &rt));
   CHECK(budget.reserved == 16384);
   st_rt_outcome out;
   void *a, *d1, *d2, *d3, *b, *x;
@@ -456,7 +456,7 @@ static void test_arena_grown_and_overflow(void) {
                     .windows = &win, .window_count = 1, .ranges = &range, .range_count = 1};
   seal_plan(&p);
   st_runtime* rt;
-  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, NULL, 512, &p, 0, false, &rt));
+  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, NULL, 512, &p, 0, false, NULL, &rt));
   st_rt_outcome out;
   void *d, *a, *e, *d2;
   st_range_node *nd, *na, *ne, *nd2;
@@ -546,7 +546,7 @@ static void test_growable_pool(void) {
   hand_plan h;
   make_plan(&h, false);
   st_runtime* rt;
-  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, NULL, 512, &h.p, 0, false, &rt));
+  CHECK_OK(st_runtime_create(&ops, backend, &caps, &budget, NULL, 512, &h.p, 0, false, NULL, &rt));
   CHECK(reserves == 1 && maps == 1 && budget.reserved >= h.p.pool_size);
   st_rt_outcome out;
   void* p;
