@@ -336,8 +336,51 @@ static void test_a_kind_with_no_plan_goes_to_the_pool(void) {
   CHECK_OK(stalloc_allocator_destroy(a));
 }
 
+/* On an asynchronous device a free leaves its block pending on the stream's queued work, so a
+ * replaced plan whose blocks were all freed in the step before the switch was not idle when it
+ * was retired, and no later free looked at it again: it kept its pool for good. It goes back
+ * at the first step boundary after that work is done. */
+static void test_a_replaced_pool_goes_back_once_its_queued_work_is_done(void) {
+  stalloc_options_t o;
+  stalloc_options_init(&o);
+  o.backend = STALLOC_BACKEND_VIRTUAL;
+  o.growable_pool = 0;
+  o.virtual_lag = 64; /* allocator calls: about one layer of a step */
+  stalloc_allocator_t* a;
+  CHECK_OK(stalloc_allocator_create(&o, &a));
+  stalloc_online_params_t p;
+  stalloc_online_params_init(&p);
+  p.wait_for_plan = 1;
+  CHECK_OK(stalloc_allocator_online_start(a, &p));
+  void* weights;
+  CHECK_OK(stalloc_allocator_alloc(a, 1 << 20, 0, 0, &weights));
+  uint64_t n = 0;
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  for (int i = 0; i < 50 && info_of(a).plans_switched == 0; i++) {
+    step(a, 4);
+    CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  }
+  for (int i = 0; i < 50 && info_of(a).plans_switched < 2; i++) {
+    step(a, 6);
+    CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  }
+  CHECK(info_of(a).plans_switched == 2);
+  step(a, 6);
+  CHECK_OK(stalloc_allocator_step_begin(a, n++));
+  stalloc_online_plan_record_t rec[8];
+  size_t count = 0;
+  CHECK_OK(stalloc_allocator_online_plans(a, rec, 8, &count));
+  stalloc_stats_t st;
+  stalloc_stats_init(&st);
+  CHECK_OK(stalloc_allocator_stats(a, &st));
+  CHECK(count >= 2 && st.reserved_bytes < rec[1].pool_size + rec[0].pool_size / 2 + (4u << 20));
+  CHECK_OK(stalloc_allocator_free(a, weights));
+  CHECK_OK(stalloc_allocator_destroy(a));
+}
+
 int main(void) {
   RUN(test_switches_in_the_background_and_replans);
+  RUN(test_a_replaced_pool_goes_back_once_its_queued_work_is_done);
   RUN(test_destroy_while_planning);
   RUN(test_misuse);
   RUN(test_declined_when_the_pool_needs_less);
