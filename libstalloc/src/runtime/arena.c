@@ -1261,6 +1261,33 @@ stalloc_status_t st_arena_region(st_arena* a, uint64_t size, uint64_t align, voi
   return STALLOC_OK;
 }
 
+bool st_arena_region_extend(st_arena* a, st_arena_block* r, uint64_t size) {
+  uint64_t need = st_align_up(size, a->alignment), grew;
+  if (need <= r->size) return true;
+  uint64_t at = r->start + r->size, extra = need - r->size;
+  if (extra > a->capacity || at > a->capacity - extra) return false;
+  settle_all(a);
+  /* r's neighbour by address: a free block long enough, or the last one, or none (r is last) */
+  st_arena_block* b = r->next;
+  if (b ? b->state != AR_FREE || !usable(a, b, ANY_STREAM) || (b->size < extra && b != a->last) : a->top != at)
+    return false;
+  bool placed = false; /* b stays in the treap by start for split_out */
+  if (b && b->size >= extra) {
+    a->free_root = tr_remove(BY_SIZE, a->free_root, b);
+    placed = a->by_address;
+  } else if (!(b = grow_top(a, b != NULL, at + extra, &grew))) {
+    return false;
+  }
+  if (!split_out(a, b, at, extra, placed)) return false;
+  /* b begins where r ends: r takes its bytes */
+  r->size += b->size;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  if (a->last == b) a->last = r;
+  block_drop(a, b);
+  return true;
+}
+
 stalloc_status_t st_arena_region_ref(st_arena* a, const void* ptr, uint64_t size, uint64_t stream) {
   return ref(a, (uint64_t)((const uint8_t*)ptr - a->base), size, stream);
 }

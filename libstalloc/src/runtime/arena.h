@@ -63,6 +63,9 @@ void st_arena_free(st_arena* arena, st_arena_block* block, uint64_t stream);
  * granules it holds, and a pool that is dropped gives them back as its blocks are freed. */
 stalloc_status_t st_arena_region(st_arena* arena, uint64_t size, uint64_t align, void** ptr,
                                  st_arena_block** region);
+/* Makes the region `size` bytes long where the address space after it is free (the top grows
+ * if it must): false, with nothing changed, where a block lies there. Address space only. */
+bool st_arena_region_extend(st_arena* arena, st_arena_block* region, uint64_t size);
 /* Counts [ptr, ptr + size) of a region on its granules, mapping those not mapped; `stream`:
  * the request's (at the peak a granule whose queued work is that stream's may then be aliased),
  * or ST_ARENA_ANY_STREAM. */

@@ -295,7 +295,9 @@ static void settle_held(st_runtime* rt, uint64_t off, uint64_t size, uint64_t st
 static void count_nodes(st_runtime* rt, st_range_node* t, int d) {
   for (; t; t = t->right) {
     count_nodes(rt, t->left, d);
-    if (t->released || t->owner != rt) continue; /* another plan's, in a shared region */ /* let go at its free: it holds nothing (its memory may serve elsewhere) */
+    /* released: let go at its free, it holds nothing (its memory may serve elsewhere); another
+     * owner: a block of a plan sharing the region, which counts its own */
+    if (t->released || t->owner != rt) continue;
     void* at = rt->base + t->start;
     if (d > 0) {
       (void)st_arena_region_ref(rt->arena, at, t->end - t->start, ST_ARENA_ANY_STREAM);
@@ -638,7 +640,9 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
   stalloc_status_t s;
   if (rt->arena) { /* address space only: blocks map what they touch */
     rt->granule = st_arena_granule(rt->arena);
-    bool join = share && share->region && share->arena == rt->arena && share->space->size >= size;
+    /* a region too small for this pool grows in place where the address space after it is free */
+    bool join = share && share->region && share->arena == rt->arena &&
+                (share->space->size >= size || st_arena_region_extend(rt->arena, share->space->region, size));
     /* the region first: it fails for a pool past the arena's range, before any flag is made */
     if (!join && (s = st_arena_region(rt->arena, size, rt->alignment, &base, &rt->space->region))) return s;
     size_t granules = (size_t)((size + rt->granule - 1) / rt->granule);
@@ -650,6 +654,7 @@ static stalloc_status_t reserve_pool(st_runtime* rt, const backend_caps* caps, u
     if (join) {
       free(rt->space);
       rt->space = share->space;
+      rt->space->size = ST_MAX(rt->space->size, size);
       rt->space->users++;
       base = share->base;
     } else {

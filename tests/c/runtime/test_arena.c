@@ -178,7 +178,7 @@ static void test_runtime_in_a_region(void) {
 }
 
 /* Plans of two kinds served by turns share one region: the second plan's pool starts where the
- * first's does, a hit on a range the other plan's block still holds misses (never two live
+ * first's does (a larger one grows the region in place where it can), a hit on a range the other plan's block still holds misses (never two live
  * blocks on one byte), a change of kind maps no granule the other plan let go, and the region
  * goes back with the last of them. */
 static void test_plans_of_two_kinds_share_a_region(void) {
@@ -198,14 +198,26 @@ static void test_plans_of_two_kinds_share_a_region(void) {
   uint64_t size_a, size_b;
   CHECK(st_runtime_span(a, &base_a, &size_a) && st_runtime_span(b, &base_b, &size_b));
   CHECK(base_a == base_b && size_a == 16 * MiB && size_b == 6 * MiB);
-  /* A pool larger than the region gets one of its own. */
+  /* A pool larger than the region: with a block after the region, it gets one of its own; with
+   * the address space after it free, the region grows in place. */
   st_plan_entry ic[1] = {{32 * MiB, 0, PLAN_CLASS_PERIODIC, UINT32_MAX}};
   stalloc_plan pc = {.pool_size = 32 * MiB, .alignment = 512, .iteration = ic, .iteration_count = 1};
   seal_plan(&pc);
+  void* above;
+  st_arena_block* above_b;
+  CHECK_OK(st_arena_alloc(f.arena, 4 * MiB, 0, &above, &above_b));
+  CHECK(above == (const uint8_t*)base_a + size_a);
   CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &pc, 0, false, a, &c));
   const void* base_c;
   uint64_t size_c;
-  CHECK(st_runtime_span(c, &base_c, &size_c) && (const uint8_t*)base_c >= (const uint8_t*)base_a + size_a);
+  CHECK(st_runtime_span(c, &base_c, &size_c) && (const uint8_t*)base_c >= (const uint8_t*)above + 4 * MiB);
+  st_runtime_destroy(c);
+  st_arena_free(f.arena, above_b, 0);
+  CHECK_OK(st_runtime_create(f.ops, f.backend, &f.caps, &f.budget, f.arena, 512, &pc, 0, false, a, &c));
+  CHECK(st_runtime_span(c, &base_c, &size_c) && base_c == base_a && size_c == 32 * MiB);
+  CHECK_OK(st_arena_alloc(f.arena, 4 * MiB, 0, &above, &above_b));
+  CHECK((const uint8_t*)above >= (const uint8_t*)base_a + 32 * MiB); /* the grown region is taken */
+  st_arena_free(f.arena, above_b, 0);
   st_runtime_destroy(c);
 
   void *pa0, *pa1, *pb0;
