@@ -676,8 +676,9 @@ static bool drop_plans(stalloc_allocator_t* a) {
  * block is freed, its counters add to the allocator's. Lock held. */
 static stalloc_status_t install_plan(stalloc_allocator_t* a, int k, const stalloc_plan* plan,
                                      uint64_t position, bool shaped) {
-  /* Another kind's plan, served by turns with this one: their pools share its region where it
-   * is large enough (the largest such region), so a change of kind moves no granules. */
+  /* Another kind's plan, served by turns with this one (the one with the largest pool): their
+   * pools share its region where it is large enough or grows in place, so a change of kind
+   * moves no granules. */
   const st_runtime* share = NULL;
   for (int j = 0; j < ST_ONLINE_KINDS; j++)
     if (j != k && a->kinds[j] && (!share || st_runtime_pool_size(a->kinds[j]) > st_runtime_pool_size(share)))

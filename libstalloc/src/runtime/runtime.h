@@ -30,7 +30,8 @@ typedef struct st_runtime_counters {
  * `position` is the number of allocs the run made before the plan was loaded. `shaped`: the
  * plan holds the largest size seen per position, so a smaller request at the cursor takes
  * its slot. `share` (or NULL): a plan served by turns with this one, whose region this pool
- * shares when it is large enough (each plan's hits then check the other's blocks too). */
+ * shares when it is large enough or grows in place to be (each plan's hits then check the
+ * other's blocks too); else the pool gets a region of its own. */
 stalloc_status_t st_runtime_create(const backend_ops* ops, void* backend, const backend_caps* caps,
                                    st_budget* budget, st_arena* arena, uint64_t alignment,
                                    const stalloc_plan* plan, uint64_t position, bool shaped,
