@@ -110,14 +110,18 @@ def build(variant: str, device="cpu", seed: int = 0, **size):
 
 
 def batches(steps: int, batch: int = 8, seq: int = 64, vocab: int = 512, device="cpu", seed: int = 1,
-            dynamic_padding: bool = False):
+            dynamic_padding: bool = False, buckets: int = 0):
     """Synthetic next-token data, the same for a seed. With dynamic_padding each batch is as long
-    as its longest sample, sample lengths uniform between a quarter of seq and all of it."""
+    as its longest sample, sample lengths uniform between a quarter of seq and all of it. With
+    buckets=B each batch's length is one of B lengths (seq * k // B, k = 1..B) drawn at random, as
+    a length-bucketing sampler makes them: each length is a kind of step of its own."""
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         length = seq
         if dynamic_padding:
             length = int(torch.randint(max(1, seq // 4), seq + 1, (batch,), generator=g).max())
+        elif buckets > 0:
+            length = max(1, seq * int(torch.randint(1, buckets + 1, (1,), generator=g)) // buckets)
         tokens = torch.randint(0, vocab, (batch, length + 1), generator=g)
         yield tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 

@@ -1,7 +1,8 @@
 """GPU check of stalloc as PyTorch's allocator (needs a CUDA build of PyTorch and a GPU).
 
 For a GPT-style model, an MoE model, the GPT-style model under dynamic padding (each batch as
-long as its longest sample) and with an evaluation pass every 5 steps, trains N steps with
+long as its longest sample) and with an evaluation pass every 5 steps (and, with `--variants
+buckets`, with batches in four length buckets drawn at random), trains N steps with
 PyTorch's default allocator, with expandable_segments:True, and with stalloc (a first run on the
 online lifecycle, and a second run served from the saved plan from its first allocation), each
 in its own process (the allocator must be chosen before CUDA starts). Checks that losses match
@@ -27,7 +28,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import driver_timer  # beside this script
 
-MODEL = {"dense": "dense", "moe": "moe", "dynpad": "dynpad", "eval": "dense"}
+MODEL = {"dense": "dense", "moe": "moe", "dynpad": "dynpad", "eval": "dense", "buckets": "dense"}
+# buckets (four sequence lengths drawn at random, each a kind of step with a plan of its own,
+# docs/online.md "Plans served by turns share a region") runs when asked for: --variants buckets
+DEFAULT_VARIANTS = ["dense", "moe", "dynpad", "eval"]
 MODES = ("pytorch", "pytorch-expandable", "stalloc-record", "stalloc-saved")
 EVAL_EVERY = 5
 
@@ -51,7 +55,7 @@ def child(variant: str, mode: str, steps: int, plan_dir: str) -> dict:
     model, opt = demo_models.build(MODEL[variant], device="cuda", **size)
     losses, times, loops = [], [], []  # loops: a step with the eval pass after it, if any
     data = demo_models.batches(steps, batch=16, seq=size["seq"], vocab=size["vocab"], device="cuda",
-                               dynamic_padding=variant == "dynpad")
+                               dynamic_padding=variant == "dynpad", buckets=4 if variant == "buckets" else 0)
     steady_allocs = 0
     for i, (x, y) in enumerate(data):
         if stalloc_mode and i == driver_timer.steady_start(steps):
@@ -103,7 +107,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--out", help="write the results as JSON here")
-    ap.add_argument("--variants", nargs="+", default=list(MODEL), choices=list(MODEL))
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(MODEL),
+                    help="runs to make (default: %(default)s; buckets also exists)")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES),
                     help="allocators to run (pytorch, the baseline, always runs)")
     ap.add_argument("--record", metavar="DIR",

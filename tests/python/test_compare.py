@@ -164,3 +164,15 @@ def test_compare_says_when_no_plan_would_be_saved():
     for scales, saved in (([1, 1.5, 2, 2.5, 3, 3.5], False), ([1] * 6, True)):
         _, how = compare(shaped_run(scales), time_limit=0.0, online=False)
         assert how["saved"] is saved
+
+
+def test_demo_batches_come_in_length_buckets():
+    # scripts/gpu/check_torch_backend.py --variants buckets: four lengths drawn at random, the
+    # same for a seed (each a kind of step with a plan of its own on a GPU run)
+    from stalloc import demo_models
+
+    lengths = [x.shape[1] for x, _ in demo_models.batches(40, batch=2, seq=64, buckets=4)]
+    assert set(lengths) == {16, 32, 48, 64}
+    assert lengths == [x.shape[1] for x, _ in demo_models.batches(40, batch=2, seq=64, buckets=4)]
+    x, y = next(demo_models.batches(1, batch=2, seq=64, buckets=4))
+    assert x.shape == y.shape
