@@ -178,9 +178,9 @@ static void test_runtime_in_a_region(void) {
 }
 
 /* Plans of two kinds served by turns share one region: the second plan's pool starts where the
- * first's does (a larger one grows the region in place where it can), a hit on a range the other plan's block still holds misses (never two live
- * blocks on one byte), a change of kind maps no granule the other plan let go, and the region
- * goes back with the last of them. */
+ * first's does (a larger one grows the region in place where it can), a hit on a range the
+ * other plan's block still holds misses (never two live blocks on one byte), a change of kind
+ * maps no granule the other plan let go, and the region goes back with the last of them. */
 static void test_plans_of_two_kinds_share_a_region(void) {
   fixture f;
   setup(&f);
