@@ -31,7 +31,7 @@ import driver_timer  # beside this script
 MODEL = {"dense": "dense", "moe": "moe", "dynpad": "dynpad", "eval": "dense", "buckets": "dense"}
 # buckets (four sequence lengths drawn at random, each a kind of step with a plan of its own,
 # docs/online.md "Plans served by turns share a region") runs when asked for: --variants buckets
-DEFAULT_VARIANTS = ["dense", "moe", "dynpad", "eval"]
+DEFAULT_VARIANTS = [v for v in MODEL if v != "buckets"]
 MODES = ("pytorch", "pytorch-expandable", "stalloc-record", "stalloc-saved")
 EVAL_EVERY = 5
 

@@ -108,7 +108,7 @@ struct st_runtime {
   st_arena* arena;
   const size_t* shared;         /* the arena's count of SHARED granules (read on each hit) */
   st_space* space;
-  st_arena_block* region;       /* space->region */
+  st_arena_block* region;       /* space->region, read here by every hit rather than through space */
   uint64_t granule;
   uint8_t* held;     /* per granule of the region: held */
   uint8_t* ready;    /* per entry: its range's granules are held */
