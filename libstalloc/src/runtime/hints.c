@@ -49,8 +49,9 @@ typedef struct hint_job {
                               they went (pin_lifetimes), those that outlive the step still fixed;
                               NULL: none */
   uint64_t* next_offsets; /* the layout of `unpinned`, for the kind's next steps (NULL: none) */
-  uint64_t* previous;    /* a pending job's kind's hints, which the step followed up to its key,
+  uint64_t* previous;    /* the kind's hints the step followed (a pending job's: up to its key),
                             where they have the job's sizes (NULL: none) */
+  uint64_t* before;      /* the kind's hints before those (NULL: none) */
   bool* once;            /* by request: lives past the step with nothing to say its like is freed
                             in the next (a warm-up's optimizer state); NULL: none such */
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
@@ -85,6 +86,8 @@ typedef struct hint_set {
                             on; NULL: these */
   uint64_t version;      /* of its offsets, for st_hints_layout: new at each change */
   st_realign* realign;   /* its runs of sizes, made when a step first loses its place in them */
+  uint64_t* before;      /* the offsets the kind had before these, for as many positions (NULL:
+                            none): kept again where they still hold (keep_previous) */
 } hint_set;
 
 struct st_hints {
@@ -168,6 +171,7 @@ static void free_job(hint_job* job) {
   free(job->unpinned);
   free(job->next_offsets);
   free(job->previous);
+  free(job->before);
   free(job);
 }
 
@@ -180,6 +184,7 @@ static void join(st_hints* h) {
 
 static void clear_set(hint_set* s) {
   free(s->offset);
+  free(s->before);
   free(s->size);
   free(s->outlived);
   free(s->next);
@@ -249,11 +254,12 @@ static bool adopt(st_hints* h) {
       changed += same && size[j] != was.size[j];
     }
     bool* outlived = same ? was.outlived : NULL;
-    if (same) h->sets[i].outlived = NULL;
+    uint64_t* before = same ? was.offset : NULL;
+    if (same) h->sets[i].outlived = NULL, h->sets[i].offset = NULL;
     clear_set(&h->sets[i]);
     h->sets[i] = (hint_set){job->offsets, size, job->requests, h->step, same ? was.failed : 0,
                             same ? was.skip : 0, job->predicted, same && was.foretold_missed,
-                            same && was.served, outlived, job->next_offsets, ++h->versions, NULL};
+                            same && was.served, outlived, job->next_offsets, ++h->versions, NULL, before};
     job->next_offsets = NULL;
     /* More than one position in 16 changed size since the kind's step before (an MoE gate
      * routes other sizes each step, a padded length changes) and no rule said how: the next
@@ -868,19 +874,35 @@ static bool valid_layout(const hint_job* job, const uint64_t* offsets) {
   return ok;
 }
 
-/* A step that followed its kind's hints up to its key (a pending job) and asks their sizes keeps
- * them where they hold around the blocks in use and their replay needs no more granules than
- * the new layout's: placed again around the requests it fixed, the rest can land a granule
- * higher than it did (a U-Net's steps at a new image size, after taking the layout of
- * lay_out_unpinned: 5,838 -> 5,840 MiB at 256x). */
-static bool keep_previous(hint_job* job, bool kept) {
-  if (!job->previous || !valid_layout(job, job->previous)) return kept;
-  for (size_t i = job->requests; i < job->count; i++) job->previous[i] = job->items[i].fixed_offset;
-  uint64_t replayed = replayed_peak(job, job->previous, job->requests);
+/* One of the kind's earlier layouts (`earlier`: what the step followed, or the one before it)
+ * where it still holds around the blocks in use and its replay needs no more granules than the
+ * new layout's (fewer than best fit's where none is kept). A step that followed its kind's
+ * hints up to its key (a pending job) and asks their sizes keeps them so: placed again around
+ * the requests it fixed, the rest can land a granule higher than it did (a U-Net's steps at a
+ * new image size, after taking the layout of lay_out_unpinned: 5,838 -> 5,840 MiB at 256x). And
+ * a step whose blocks live into the next (gradients accumulated, a batch fetched ahead) cannot
+ * take one layout every step: the blocks it leaves live sit where the next step's like would
+ * go, so each boundary lays the step out anew around them, and two layouts as good as each
+ * other can place the whole step far apart. Taken by turns, each step maps at new addresses
+ * what the step before freed (BERT with gradient accumulation at 2048x: 2,721 of its 5,414
+ * granules a step). The layout before the one the step followed is where the blocks live into
+ * the next step were not, and kept it brings the kind back to the same two layouts. */
+static bool keep_earlier(hint_job* job, uint64_t* earlier, bool kept, bool* taken) {
+  *taken = false;
+  if (!earlier || !valid_layout(job, earlier)) return kept;
+  for (size_t i = job->requests; i < job->count; i++) earlier[i] = job->items[i].fixed_offset;
+  uint64_t replayed = replayed_peak(job, earlier, job->requests);
   if (!replayed || (kept ? replayed > job->hinted : replayed >= job->best_fit)) return kept;
-  memcpy(job->offsets, job->previous, job->count * sizeof *job->offsets);
+  memcpy(job->offsets, earlier, job->count * sizeof *job->offsets);
   job->hinted = replayed;
+  *taken = true;
   return true;
+}
+
+static bool keep_previous(hint_job* job, bool kept) {
+  bool taken;
+  kept = keep_earlier(job, job->previous, kept, &taken);
+  return taken ? kept : keep_earlier(job, job->before, kept, &taken);
 }
 
 /* A pending job's first requests are fixed where they went (pin_lifetimes), and the kind's next
@@ -1012,18 +1034,18 @@ static st_place_item* unpinned_items(const st_hints* h, const hint_job* job) {
 }
 
 /* The hints the step under way follows, where they have the job's sizes and put its requests
- * before the key where they went (they are then a layout of the job's). NULL: none such, or no
- * host memory. */
-static uint64_t* previous_layout(const st_hints* h, const hint_job* job) {
-  if (h->active < 0 || h->shift || h->sets[h->active].count != job->requests) return NULL;
+ * before the key where they went (they are then a layout of the job's), into job->previous, and
+ * the kind's hints before them into job->before. Neither where they do not (or no host memory). */
+static void previous_layout(const st_hints* h, hint_job* job) {
+  if (h->active < 0 || h->shift || h->sets[h->active].count != job->requests) return;
   const hint_set* s = &h->sets[h->active];
   for (size_t j = 0; j < job->requests; j++)
     if (s->size[j] != job->items[j].size ||
         (j < h->pending_key && job->items[j].fixed_offset != PLACE_FREE && job->items[j].fixed_offset != s->offset[j]))
-      return NULL;
-  uint64_t* offsets = malloc((job->count ? job->count : 1) * sizeof *offsets);
-  if (offsets) memcpy(offsets, s->offset, job->requests * sizeof *offsets);
-  return offsets;
+      return;
+  size_t bytes = (job->count ? job->count : 1) * sizeof(uint64_t);
+  if ((job->previous = malloc(bytes))) memcpy(job->previous, s->offset, job->requests * sizeof(uint64_t));
+  if (s->before && (job->before = malloc(bytes))) memcpy(job->before, s->before, job->requests * sizeof(uint64_t));
 }
 
 /* The step under way reached its kind's key position: the layout of the step before, with
@@ -1051,7 +1073,7 @@ static void start_pending(st_hints* h) {
   free(predicted);
   if (!job) return;
   job->unpinned = unpinned_items(h, job);
-  job->previous = previous_layout(h, job);
+  previous_layout(h, job);
   pin_lifetimes(h, job);
   start(h, job);
   /* Best fit until they are ready, and if they are not kept: the old hints have other sizes. */
@@ -1184,6 +1206,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
     h->pending = job;
     h->pending_key = key;
   } else if (job) {
+    if (h->hits && !stopped(h)) previous_layout(h, job); /* the step followed them */
     start(h, job);
   }
   free(starts);
@@ -1195,7 +1218,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   for (int i = 0; i < SETS; i++) { /* the layouts made for the steps after the one that ended */
     hint_set* s = &h->sets[i];
     if (!s->next) continue;
-    free(s->offset);
+    free(s->before);
+    s->before = s->offset;
     s->offset = s->next;
     s->next = NULL;
     s->version = ++h->versions;
