@@ -52,6 +52,9 @@ typedef struct hint_job {
   uint64_t* previous;    /* the kind's hints the step followed (a pending job's: up to its key),
                             where they have the job's sizes (NULL: none) */
   uint64_t* before;      /* the kind's hints before those (NULL: none) */
+  uint64_t *ref_offset, *ref_size; /* the hints the step that ended followed, whatever their kind
+                                      or sizes (NULL: none): their granules are mapped now */
+  size_t ref_count;
   bool* once;            /* by request: lives past the step with nothing to say its like is freed
                             in the next (a warm-up's optimizer state); NULL: none such */
   uint64_t hinted, best_fit; /* granules the step needed each way, replayed (0: not known) */
@@ -172,6 +175,8 @@ static void free_job(hint_job* job) {
   free(job->next_offsets);
   free(job->previous);
   free(job->before);
+  free(job->ref_offset);
+  free(job->ref_size);
   free(job);
 }
 
@@ -437,6 +442,16 @@ bool st_hints_follow(st_hints* h, const uint64_t* asked, size_t k) {
 }
 
 bool st_hints_wants_layout(const st_hints* h) { return !h->spoiled && h->n && !h->job; }
+
+/* Counts in *n the granules of [at, at + size) not yet marked in seen, and marks them. */
+static void touch(uint8_t* seen, size_t granules, uint64_t at, uint64_t size, uint64_t* n) {
+  if (!size) return;
+  for (uint64_t g = at / ST_VIRTUAL_GRANULE, last = (at + size - 1) / ST_VIRTUAL_GRANULE; g <= last && g < granules; g++)
+    if (!seen[g]) {
+      seen[g] = 1;
+      (*n)++;
+    }
+}
 
 /* The most bytes of granules the step needed, replayed on a private arena over the virtual
  * backend (nothing mapped for real) with the blocks in use where they are, each of its first
@@ -822,6 +837,43 @@ static uint64_t top_of(const hint_job* job, const uint64_t* offsets) {
   return top;
 }
 
+/* Granules the requests at `offsets` touch that neither the blocks in use nor the hints the step
+ * that ended followed touch: those the next step maps at new addresses, moving granules once the
+ * pool is at its peak (it maps no more). SIZE_MAX: no host memory. */
+static size_t new_granules(const hint_job* job, const uint64_t* offsets) {
+  uint64_t top = 0;
+  for (size_t i = 0; i < job->count; i++)
+    if (job->items[i].size)
+      top = ST_MAX(top, (i < job->requests ? offsets[i] : job->items[i].fixed_offset) + job->items[i].size);
+  for (size_t j = 0; j < job->ref_count; j++) top = ST_MAX(top, job->ref_offset[j] + job->ref_size[j]);
+  size_t granules = (size_t)(top / ST_VIRTUAL_GRANULE) + 1;
+  uint8_t* seen = calloc(granules, 1);
+  if (!seen) return SIZE_MAX;
+  uint64_t mapped = 0, fresh = 0;
+  for (size_t j = 0; j < job->ref_count; j++) touch(seen, granules, job->ref_offset[j], job->ref_size[j], &mapped);
+  for (size_t i = job->requests; i < job->count; i++)
+    touch(seen, granules, job->items[i].fixed_offset, job->items[i].size, &mapped);
+  for (size_t j = 0; j < job->requests; j++) touch(seen, granules, offsets[j], job->items[j].size, &fresh);
+  free(seen);
+  return (size_t)fresh;
+}
+
+/* Whether the layout at `offsets` should give way to the one at `other`, which needs `saved`
+ * bytes of granules more: it maps more granules at new addresses than MOVES_PER_GRANULE for
+ * each granule it saves. Holes first puts the step above the highest block in use; where a
+ * block that lives into the next step sat at a layout's top, the next layout goes above it,
+ * and the steps climb the address space: BERT with micro-batches padded each on its own and
+ * AdamW foreach at 2048x, its steps three times over (tests/data/traces/foreach), took layouts
+ * a granule or two lower than the free ones and a thousand or two granules higher, and its
+ * last ten steps moved 11,481 granules (a map of tens of us each on a GPU); 2,097 now. */
+#define MOVES_PER_GRANULE 64
+
+static bool moves_outweigh(const hint_job* job, const uint64_t* offsets, const uint64_t* other, uint64_t saved) {
+  size_t mine = new_granules(job, offsets), theirs = new_granules(job, other);
+  uint64_t granules = (saved + ST_VIRTUAL_GRANULE - 1) / ST_VIRTUAL_GRANULE;
+  return mine != SIZE_MAX && theirs != SIZE_MAX && mine > theirs && mine - theirs > MOVES_PER_GRANULE * granules;
+}
+
 /* The step laid out every way above; the one kept (if any) is in job->offsets. */
 static bool lay_out_step(hint_job* job) {
   size_t n = job->requests;
@@ -842,6 +894,10 @@ static bool lay_out_step(hint_job* job) {
     bool better = lay_out(job, true, outliving) &&
                   (!kept || (outliving ? job->hinted_alone < alone || (job->hinted_alone == alone && job->hinted < hinted)
                                        : job->hinted < hinted));
+    if (better && kept && job->ref_offset) {
+      uint64_t saved = outliving && job->hinted_alone < alone ? alone - job->hinted_alone : hinted - job->hinted;
+      better = !moves_outweigh(job, job->offsets, free_way, saved);
+    }
     if (better) {
       kept = true;
     } else {
@@ -996,7 +1052,25 @@ static uint32_t* predict_frees(const st_hints* h) {
   return goes;
 }
 
+/* The hints the step that ended followed, as the job's reference for new_granules. */
+static void reference_layout(const st_hints* h, hint_job* job) {
+  if (h->active < 0 || !h->sets[h->active].offset) return;
+  const hint_set* s = &h->sets[h->active];
+  job->ref_offset = malloc((s->count ? s->count : 1) * sizeof *job->ref_offset);
+  job->ref_size = malloc((s->count ? s->count : 1) * sizeof *job->ref_size);
+  if (!job->ref_offset || !job->ref_size) {
+    free(job->ref_offset);
+    free(job->ref_size);
+    job->ref_offset = job->ref_size = NULL;
+    return;
+  }
+  memcpy(job->ref_offset, s->offset, s->count * sizeof *job->ref_offset);
+  memcpy(job->ref_size, s->size, s->count * sizeof *job->ref_size);
+  job->ref_count = s->count;
+}
+
 static void start(st_hints* h, hint_job* job) {
+  reference_layout(h, job);
   h->job = job;
   job->repeated = h->repeated;
   job->changed = h->changed;
