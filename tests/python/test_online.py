@@ -708,6 +708,16 @@ def test_layouts_put_blocks_of_whole_granules_on_granule_boundaries():
     assert r["peak_reserved"] - r["peak_allocated"] <= granule_floor(t) + 2 * 2 * MiB
 
 
+def maps_per_step(name: str, rounds: int, scale: int) -> tuple[Trace, list[int], stalloc.Stats]:
+    """A recorded run's steps from its third marker on `rounds` times over (bench_online's
+    repeated_steps), sizes times `scale`, online (online_at_markers): the run, the granules each
+    step mapped at new addresses, and the stats at its end."""
+    t = bench_online().repeated_steps(stalloc.load_trace(TRACES / name), rounds).scaled(scale)
+    at_markers = online_at_markers(t)
+    maps = [b.backend_allocs - a.backend_allocs for (a, _), (b, _) in zip(at_markers, at_markers[1:])]
+    return t, maps, at_markers[-1][0]
+
+
 def test_a_kind_whose_blocks_live_into_the_next_step_keeps_to_two_layouts():
     # BERT with gradient accumulation and AdamW foreach, its steps repeated, sizes x2048 (a
     # 10.6 GB run). Blocks of a step live into the next, where the next step's like would go,
@@ -716,12 +726,8 @@ def test_a_kind_whose_blocks_live_into_the_next_step_keeps_to_two_layouts():
     # step mapped at new addresses 2,721 of the pool's 5,414 granules (on a GPU, a move of tens
     # of us each). A kind now takes the layout before the one its step followed again where it
     # still holds and needs no more granules: two steps later the steps map nothing.
-    bench = bench_online()
-    t = bench.repeated_steps(stalloc.load_trace(TRACES / "foreach" / "bert_accum.npz"), 3).scaled(2048)
-    at_markers = online_at_markers(t)
-    maps = [b.backend_allocs - a.backend_allocs for (a, _), (b, _) in zip(at_markers, at_markers[1:])]
+    t, maps, end = maps_per_step("foreach/bert_accum.npz", rounds=3, scale=2048)
     assert len(maps) >= 12 and max(maps[-8:]) <= 8, maps
-    end = at_markers[-1][0]
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= granule_floor(t) + 2 * 2 * MiB
 
 
@@ -733,12 +739,8 @@ def test_a_layout_that_climbs_the_address_space_gives_way():
     # granules higher, and the last ten steps mapped 11,481 granules at new addresses (moves,
     # tens of us each on a GPU). Such a layout now gives way to the free one where it maps more
     # than 64 granules at new addresses for each granule it saves: 2,097, and 2 MiB less waste.
-    bench = bench_online()
-    t = bench.repeated_steps(stalloc.load_trace(TRACES / "foreach" / "bert_accumvar.npz"), 3).scaled(2048)
-    at_markers = online_at_markers(t)
-    maps = [b.backend_allocs - a.backend_allocs for (a, _), (b, _) in zip(at_markers, at_markers[1:])]
+    t, maps, end = maps_per_step("foreach/bert_accumvar.npz", rounds=3, scale=2048)
     assert len(maps) >= 30 and sum(maps[-10:]) <= 3000, maps
-    end = at_markers[-1][0]
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= granule_floor(t) + 2 * 2 * MiB
 
 
