@@ -443,16 +443,6 @@ bool st_hints_follow(st_hints* h, const uint64_t* asked, size_t k) {
 
 bool st_hints_wants_layout(const st_hints* h) { return !h->spoiled && h->n && !h->job; }
 
-/* Counts in *n the granules of [at, at + size) not yet marked in seen, and marks them. */
-static void touch(uint8_t* seen, size_t granules, uint64_t at, uint64_t size, uint64_t* n) {
-  if (!size) return;
-  for (uint64_t g = at / ST_VIRTUAL_GRANULE, last = (at + size - 1) / ST_VIRTUAL_GRANULE; g <= last && g < granules; g++)
-    if (!seen[g]) {
-      seen[g] = 1;
-      (*n)++;
-    }
-}
-
 /* The most bytes of granules the step needed, replayed on a private arena over the virtual
  * backend (nothing mapped for real) with the blocks in use where they are, each of its first
  * `hinted` requests at its hinted offset (offsets non-NULL), the others by best fit; 0 if the
@@ -835,6 +825,16 @@ static uint64_t top_of(const hint_job* job, const uint64_t* offsets) {
   for (size_t j = 0; j < job->requests; j++)
     if (job->items[j].size) top = ST_MAX(top, offsets[j] + job->items[j].size);
   return top;
+}
+
+/* Counts in *n the granules of [at, at + size) not yet marked in seen, and marks them. */
+static void touch(uint8_t* seen, size_t granules, uint64_t at, uint64_t size, uint64_t* n) {
+  if (!size) return;
+  for (uint64_t g = at / ST_VIRTUAL_GRANULE, last = (at + size - 1) / ST_VIRTUAL_GRANULE; g <= last && g < granules; g++)
+    if (!seen[g]) {
+      seen[g] = 1;
+      (*n)++;
+    }
 }
 
 /* Granules the requests at `offsets` touch that neither the blocks in use nor the hints the step
