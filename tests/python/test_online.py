@@ -725,7 +725,7 @@ def test_a_kind_whose_blocks_live_into_the_next_step_keeps_to_two_layouts():
     # Two layouts as good as each other took turns that placed the whole step 5.4 GB apart: each
     # step mapped at new addresses 2,721 of the pool's 5,414 granules (on a GPU, a move of tens
     # of us each). A kind now takes the layout before the one its step followed again where it
-    # still holds and needs no more granules: two steps later the steps map nothing.
+    # still holds and needs no more granules: from the second round on, 2 granules a step.
     t, maps, end = maps_per_step("foreach/bert_accum.npz", rounds=3, scale=2048)
     assert len(maps) >= 12 and max(maps[-8:]) <= 8, maps
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= granule_floor(t) + 2 * 2 * MiB
