@@ -827,35 +827,42 @@ static uint64_t top_of(const hint_job* job, const uint64_t* offsets) {
   return top;
 }
 
-/* Counts in *n the granules of [at, at + size) not yet marked in seen, and marks them. */
+/* Marks in seen the granules of [at, at + size); *n (if not NULL) counts those not marked yet. */
 static void touch(uint8_t* seen, size_t granules, uint64_t at, uint64_t size, uint64_t* n) {
   if (!size) return;
   for (uint64_t g = at / ST_VIRTUAL_GRANULE, last = (at + size - 1) / ST_VIRTUAL_GRANULE; g <= last && g < granules; g++)
     if (!seen[g]) {
       seen[g] = 1;
-      (*n)++;
+      if (n) (*n)++;
     }
 }
 
-/* Granules the requests at `offsets` touch that neither the blocks in use nor the hints the step
- * that ended followed touch: those the next step maps at new addresses, moving granules once the
- * pool is at its peak (it maps no more). SIZE_MAX: no host memory. */
-static size_t new_granules(const hint_job* job, const uint64_t* offsets) {
+/* For each of two layouts of the step, the granules its requests touch that neither the blocks
+ * in use nor the hints the step that ended followed touch: those the next step maps at new
+ * addresses, moving granules once the pool is at its peak (it maps no more). false: no host
+ * memory. */
+static bool new_granules(const hint_job* job, const uint64_t* const layouts[2], uint64_t fresh[2]) {
   uint64_t top = 0;
   for (size_t i = 0; i < job->count; i++)
-    if (job->items[i].size)
-      top = ST_MAX(top, (i < job->requests ? offsets[i] : job->items[i].fixed_offset) + job->items[i].size);
+    for (int k = 0; k < 2 && job->items[i].size; k++)
+      top = ST_MAX(top, (i < job->requests ? layouts[k][i] : job->items[i].fixed_offset) + job->items[i].size);
   for (size_t j = 0; j < job->ref_count; j++) top = ST_MAX(top, job->ref_offset[j] + job->ref_size[j]);
   size_t granules = (size_t)(top / ST_VIRTUAL_GRANULE) + 1;
-  uint8_t* seen = calloc(granules, 1);
-  if (!seen) return SIZE_MAX;
-  uint64_t mapped = 0, fresh = 0;
-  for (size_t j = 0; j < job->ref_count; j++) touch(seen, granules, job->ref_offset[j], job->ref_size[j], &mapped);
-  for (size_t i = job->requests; i < job->count; i++)
-    touch(seen, granules, job->items[i].fixed_offset, job->items[i].size, &mapped);
-  for (size_t j = 0; j < job->requests; j++) touch(seen, granules, offsets[j], job->items[j].size, &fresh);
+  uint8_t *mapped = calloc(granules, 1), *seen = malloc(granules);
+  bool ok = mapped && seen;
+  if (ok) {
+    for (size_t j = 0; j < job->ref_count; j++) touch(mapped, granules, job->ref_offset[j], job->ref_size[j], NULL);
+    for (size_t i = job->requests; i < job->count; i++)
+      touch(mapped, granules, job->items[i].fixed_offset, job->items[i].size, NULL);
+    for (int k = 0; k < 2; k++) {
+      memcpy(seen, mapped, granules);
+      fresh[k] = 0;
+      for (size_t j = 0; j < job->requests; j++) touch(seen, granules, layouts[k][j], job->items[j].size, &fresh[k]);
+    }
+  }
+  free(mapped);
   free(seen);
-  return (size_t)fresh;
+  return ok;
 }
 
 /* Whether the layout at `offsets` should give way to the one at `other`, which needs `saved`
@@ -869,9 +876,9 @@ static size_t new_granules(const hint_job* job, const uint64_t* offsets) {
 #define MOVES_PER_GRANULE 64
 
 static bool moves_outweigh(const hint_job* job, const uint64_t* offsets, const uint64_t* other, uint64_t saved) {
-  size_t mine = new_granules(job, offsets), theirs = new_granules(job, other);
-  uint64_t granules = (saved + ST_VIRTUAL_GRANULE - 1) / ST_VIRTUAL_GRANULE;
-  return mine != SIZE_MAX && theirs != SIZE_MAX && mine > theirs && mine - theirs > MOVES_PER_GRANULE * granules;
+  const uint64_t* const layouts[2] = {offsets, other};
+  uint64_t fresh[2], granules = (saved + ST_VIRTUAL_GRANULE - 1) / ST_VIRTUAL_GRANULE;
+  return new_granules(job, layouts, fresh) && fresh[0] > fresh[1] && fresh[0] - fresh[1] > MOVES_PER_GRANULE * granules;
 }
 
 /* The step laid out every way above; the one kept (if any) is in job->offsets. */
