@@ -777,7 +777,10 @@ static st_search_outcome dfs(st_search* s, size_t parent, uint32_t parent_len,
                              uint64_t last_off, uint32_t last_rank, uint32_t rlo, uint32_t rhi) {
   if (s->nodes >= s->node_limit) return ST_SEARCH_ABORTED;
   s->nodes++;
-  if ((s->nodes & 255) == 0 &&
+  /* The clock every 256 nodes, and at every node of a long list: a node sorts and scans its
+   * parent's unplaced items, and with thousands of them (a step of a whole run, after peeling)
+   * 256 nodes took seconds past the deadline. */
+  if (((s->nodes & 255) == 0 || parent_len >= 256) &&
       (st_cancel_requested(s->cancel) || (s->stop && atomic_load_explicit(s->stop, memory_order_relaxed)) || st_now() > s->deadline))
     return ST_SEARCH_STOPPED;
 
