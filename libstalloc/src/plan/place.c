@@ -325,6 +325,7 @@ typedef struct part {
   uint32_t* free_keep; /* the search's items: partition positions of the free items */
   uint64_t* free_sol;  /* the search's offsets for them */
   uint32_t nfree;
+  uint32_t peels_run; /* bit a: peel_list[a] was tried on it */
 } part;
 
 /* Each item's largest section total over its lifetime, from a sparse table of range maxima:
@@ -445,7 +446,10 @@ typedef struct peel_arrays {
   uint64_t *size, *off;
 } peel_arrays;
 
-/* Peeling tries [from, to) while the bound is not met and time is left before `until`. Each
+/* Peeling tries [from, to) while the bound is not met and time is left before `until`; where
+ * none of them can reach the partition's bound, also a later try, not run yet, that can (the
+ * full-size mixtral_1f1b_recompute's is the fourth: run last, it had 2 s for its groups'
+ * searches and stopped at 1.0036). A try is not run twice on a partition. Each
  * try is probed first (its split, without placing): one that cannot beat the peak, or splits
  * as an earlier one did, is dropped; the rest go lowest bound first, and on a tie the one
  * whose largest group is smallest (the groups' searches are what take time). The first gets
@@ -454,6 +458,7 @@ typedef struct peel_arrays {
  * (its groups on their floors are no higher) takes nine tenths of all of it instead: it is the
  * one most likely to find the optimum, and its groups' searches need the time. */
 typedef struct peel_rank {
+  int index; /* in peel_list */
   uint32_t min_len;
   uint64_t cut_bytes;
   st_peel_probe probe;
@@ -469,13 +474,16 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
   uint32_t span = q->thi - q->tlo;
   peel_rank r[PEEL_TRIES];
   int n = 0;
-  for (int a = from; a < to; a++) {
+  for (int a = from; a < PEEL_TRIES; a++) {
     if (st_now() >= until || st_cancel_requested(p->cancel)) return;
+    /* past `to`, only while none so far can reach the bound, and only one that can */
+    bool later = a >= to;
+    if ((later && n && r[0].probe.bound <= q->lb) || (q->peels_run >> a & 1)) continue;
     uint32_t d = peel_list[a].divisor;
-    peel_rank t = {.min_len = d ? (span / d ? span / d : 1) : 0,
+    peel_rank t = {.index = a, .min_len = d ? (span / d ? span / d : 1) : 0,
                    .cut_bytes = peel_list[a].cut_shift ? ST_MAX(q->lb >> peel_list[a].cut_shift, 1) : 0};
     if (!st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &t.probe) ||
-        t.probe.bound >= q->peak)
+        t.probe.bound >= q->peak || (later && t.probe.bound > q->lb))
       continue;
     bool seen = false;
     for (int k = 0; k < n && !seen; k++)
@@ -492,6 +500,7 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
     double left = end - st_now();
     if (left <= 0 || st_cancel_requested(p->cancel)) return;
     double share = k == 0 && n > 1 ? left * (promising ? 0.9 : 0.6) : left / (double)(n - k);
+    q->peels_run |= 1u << r[k].index;
     uint64_t pk = 0;
     bool found = st_place_peel(pa->lo, pa->hi, pa->size, m, r[k].min_len, r[k].cut_bytes, q->peak,
                                p->align, share, p->cancel, pa->off, &pk);
