@@ -331,7 +331,8 @@ typedef struct part {
 /* Each item's largest section total over its lifetime, from a sparse table of range maxima:
  * O(ns log ns) to build, O(1) an item, where a scan of every lifetime costs the sum of their
  * lengths (a whole run's weights live across all its sections). false: no memory. */
-static bool range_maxima(const placer* p, const part* q, const uint64_t* tot, uint32_t ns, uint64_t* item_max) {
+static bool range_maxima(const placer* p, const part* q, const uint64_t* tot, uint32_t ns,
+                         uint64_t* item_max) {
   uint32_t levels = 1;
   while (levels < 32 && ((uint64_t)1 << levels) <= ns) levels++;
   uint64_t* t = malloc((size_t)levels * ns * sizeof *t);
@@ -543,8 +544,8 @@ static bool peelable(const part* q) {
  * GREEDY_BIG items, greedy orderings, by section total first (MiniMalloc's strongest key: on
  * the steps of a full-size MoE pipeline run, 4,700 items each after peeling, 0.2-0.3% above
  * their bound where the other orderings are 1-4%; a time limit only), each only if the last
- * one's duration still fits before `until`. The other peeling tries come last (peel_more), once the search has had
- * its turn. */
+ * one's duration still fits before `until`. The other peeling tries come last (peel_more),
+ * once the search has had its turn. */
 static stalloc_status_t improve_big(placer* p, part* q, double until) {
   size_t m = q->e - q->b;
   if (peelable(q) && !p->every_ordering) { /* peeling watches the clock */
