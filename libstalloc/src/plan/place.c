@@ -567,12 +567,12 @@ static stalloc_status_t improve_big(placer* p, part* q, double until) {
   /* Not for the layout hints' every_ordering: there the section total made the full-size
    * Mixtral pipeline steps' layouts map fewer granules at new addresses but cost 10 MiB more
    * (bench_online.py at 32x, tools/make_traces.py --seed 67: mixtral_1f1b 26.17 -> 32.17). */
-  bool total = !p->every_ordering;
-  uint64_t* item_max = total ? malloc(m * sizeof *item_max) : NULL;
-  if (total && (!item_max || section_totals(p, q, item_max))) { /* its sums fit: construct ran them */
+  uint64_t* item_max = p->every_ordering ? NULL : malloc(m * sizeof *item_max);
+  if (item_max && section_totals(p, q, item_max)) { /* its sums fit (construct ran them): no memory */
     free(item_max);
-    goto nomem;
+    item_max = NULL;
   }
+  bool total = item_max != NULL; /* an ordering more; without memory for its key, the others */
   static const int hows[ORD_COUNT] = {ORD_TOTAL, ORD_SIZE, ORD_LENGTH, ORD_AREA, ORD_START};
   double last = 0;
   for (int h = total ? 0 : 1; h < ORD_COUNT; h++) {
