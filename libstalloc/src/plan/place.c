@@ -390,6 +390,11 @@ static int section_totals(placer* p, part* q, uint64_t* item_max) {
   return ok ? 0 : 1;
 }
 
+/* Past the placer's deadline, with a placement of the partition in hand. */
+static bool late(const placer* p, const part* q) {
+  return q->peak != UINT64_MAX && p->deadline > 0 && st_now() > p->deadline;
+}
+
 static stalloc_status_t construct(placer* p, part* q) {
   size_t m = q->e - q->b;
   int rc = 0;
@@ -410,15 +415,12 @@ static stalloc_status_t construct(placer* p, part* q) {
   /* Past the deadline, the first ordering only: a peeled split's groups (place_peel.c), each
    * of up to GREEDY_MAX items, took their ten quadratic passes with no time left, and the call
    * ran 0.5 s past a 0.1 s share (the held-out foreach t5_accumvar: 5.4 s for a 5 s limit). */
-  bool late = false;
-  for (int how = 0; how < ORD_COUNT && !late; how++) {
+  for (int how = 0; how < ORD_COUNT && !late(p, q); how++) {
     if (!make_order(p, q->b, q->e, how, item_max)) {
       free(item_max);
       goto nomem;
     }
-    for (int bf = 0; bf < 2; bf++) {
-      late = p->deadline > 0 && st_now() > p->deadline && q->peak != UINT64_MAX;
-      if (late) break;
+    for (int bf = 0; bf < 2 && !late(p, q); bf++) {
       uint64_t pk = greedy(p, m, bf, 0);
       p->res->orderings_tried++;
       if (pk < q->peak) {
