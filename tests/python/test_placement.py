@@ -58,6 +58,39 @@ def test_place_ends_near_its_time_limit_on_a_partition_of_thousands():
     assert res["peak"] == int((off.astype(np.int64) + size).max())
 
 
+def t5_two_steps():
+    """Two training steps of a held-out T5 run (tests/data/placement/t5_two_steps.npz; 1,940
+    blocks each, as peeling leaves them: each on a floor). They differ only in when 680 blocks
+    are freed (the first step runs longer) and by 256 bytes of floor."""
+    from pathlib import Path
+
+    d = np.load(Path(__file__).resolve().parents[1] / "data" / "placement" / "t5_two_steps.npz")
+    return d["lower"], d["upper"], d["size"]
+
+
+def test_search_of_a_step_is_not_held_by_one_preordering():
+    """The second step alone: the search's first preordering tried sibling after sibling
+    against the bound, 3,880 nodes took over 10 s, and the step stayed 28,160 bytes over its
+    bound after 20 s, where another preordering places it at the bound in 0.1 s. A sibling now
+    counts as a node in a search of many sections."""
+    lower, upper, size = t5_two_steps()
+    second = lower >= upper[lower == 0].max()  # the first step's floor spans that step
+    lower, upper, size = lower[second], upper[second], size[second]
+    off, res = place(lower, upper, size, time_limit=20.0)
+    assert res["peak"] == res["lower_bound"] == lower_bound(lower, upper, size)
+    assert_valid(lower, upper, size, off)
+
+
+def test_steps_alike_reach_their_bound_together():
+    """Both steps: the search reaches the first one's bound, and the second one borrows the
+    order of its offsets (first fit in that order places it at its bound) or is searched."""
+    lower, upper, size = t5_two_steps()
+    off, res = place(lower, upper, size, time_limit=20.0)
+    assert res["peak"] == res["lower_bound"] == lower_bound(lower, upper, size)
+    assert res["optimal"]
+    assert_valid(lower, upper, size, off)
+
+
 def test_place_alignment_and_fixed():
     lower = np.array([0, 0, 2, 5])
     upper = np.array([10, 6, 8, 9])

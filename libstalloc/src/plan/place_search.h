@@ -48,7 +48,8 @@ typedef enum st_search_outcome {
 stalloc_status_t st_search_create(const st_search_input* in, st_search** out);
 void st_search_destroy(st_search* s);
 /* One attempt at `capacity` with preordering `heuristic` (0 .. ST_SEARCH_HEURISTICS-1),
- * expanding at most node_limit nodes. deadline is a CLOCK_MONOTONIC time in seconds; a
+ * expanding at most node_limit nodes (with many sections, every sibling tried after a node's
+ * first counts as one too). deadline is a CLOCK_MONOTONIC time in seconds; a
  * non-zero *cancel or *stop (either may be NULL) ends it with ST_SEARCH_STOPPED. */
 st_search_outcome st_search_run(st_search* s, uint64_t capacity, int heuristic,
                                 uint64_t node_limit, double deadline,
