@@ -69,6 +69,9 @@ typedef struct placer {
   int turn;           /* with two threads: the partitions (part.turn) this one searches first */
   bool lean;          /* the second thread: large partitions' searches run lean (place_search.h) */
   bool every_ordering; /* st_place_params.every_ordering */
+  uint32_t* kin;      /* partition indices by item count (find_kin): the partitions whose
+                         placements another of the same count may borrow (borrow_kin) */
+  uint64_t bests;     /* new best placements of any partition so far (borrow_kin's clock) */
 } placer;
 
 static int cmp_u64(const void* a, const void* b) {
@@ -328,6 +331,9 @@ typedef struct part {
   uint64_t* free_sol;  /* the search's offsets for them */
   uint32_t nfree;
   uint32_t peels_run; /* bit a: peel_list[a] was tried on it */
+  uint32_t kin_at, kin_count; /* its group in p->kin (kin_count 0: none) */
+  uint64_t best_at;     /* p->bests when its peak last fell (0: its construction's) */
+  uint64_t borrowed_at; /* p->bests + 1 when it last borrowed (0: never) */
 } part;
 
 /* Each item's largest section total over its lifetime, from a sparse table of range maxima:
@@ -739,6 +745,7 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
       if (pk < q->peak) {
         q->peak = pk;
         memcpy(p->off + q->b, q->sol, m * sizeof(uint64_t));
+        q->best_at = ++p->bests;
       }
       q->step_shift = 1;
       /* a new best is a new problem: start its attempts small again */
@@ -833,6 +840,100 @@ static void take_twins(placer* p, part* parts, size_t np) {
   }
 }
 
+/* ---- kin: partitions of the same size that lend each other their placements ---------- */
+
+/* Partitions with this many items or more (and searchable ones: at most SEARCH_MAX) have kin;
+ * smaller ones the search settles in a few nodes. */
+#define KIN_MIN 64
+/* A partition borrows from at most this many kin at a time. */
+#define KIN_TRIES 4
+
+typedef struct kin_key {
+  size_t items, nfixed;
+  uint32_t part;
+} kin_key;
+
+static int cmp_kin_key(const void* a, const void* b) {
+  const kin_key *x = a, *y = b;
+  if (x->items != y->items) return x->items < y->items ? -1 : 1;
+  if (x->nfixed != y->nfixed) return x->nfixed < y->nfixed ? -1 : 1;
+  return (x->part > y->part) - (x->part < y->part);
+}
+
+/* Groups the partitions with as many items and fixed items as another (the steps of a run,
+ * apart after peeling) in p->kin. false: no memory (then none has kin). */
+static bool find_kin(placer* p, part* parts, size_t np) {
+  kin_key* k = malloc((np ? np : 1) * sizeof *k);
+  p->kin = malloc((np ? np : 1) * sizeof *p->kin);
+  if (!k || !p->kin) {
+    free(k);
+    free(p->kin);
+    p->kin = NULL;
+    return false;
+  }
+  size_t nk = 0;
+  for (size_t q = 0; q < np; q++) {
+    size_t m = parts[q].e - parts[q].b;
+    if (m >= KIN_MIN && m <= SEARCH_MAX) k[nk++] = (kin_key){m, parts[q].nfixed, (uint32_t)q};
+  }
+  st_sort(k, nk, sizeof *k, cmp_kin_key);
+  for (size_t a = 0, end; a < nk; a = end) {
+    for (end = a + 1; end < nk && k[end].items == k[a].items && k[end].nfixed == k[a].nfixed; end++) {}
+    for (size_t i = a; i < end; i++) {
+      p->kin[i] = k[i].part;
+      parts[k[i].part].kin_at = (uint32_t)a;
+      parts[k[i].part].kin_count = end - a > 1 ? (uint32_t)(end - a) : 0;
+    }
+  }
+  free(k);
+  return true;
+}
+
+/* q takes, where lower, the placement that first fit gives its items in the order of a kin's
+ * offsets (q's item j where the kin's item j went; both sorted by start). The steps of a run
+ * that repeats can differ only in when some blocks are freed (a first step that runs longer)
+ * or in a floor a few bytes higher after peeling: other problems to the search, which reached
+ * one step's bound in 0.4 s and not the next one's in 20 s (the held-out T5 runs, 1,940 items),
+ * where the first step's order places the next at its bound. Kin lent from: those nearer their
+ * own bound than q is to its own whose peak fell since q last borrowed, the nearest
+ * KIN_TRIES. */
+static void borrow_kin(placer* p, const part* parts, part* q) {
+  size_t m = q->e - q->b;
+  const part* from[KIN_TRIES];
+  int nf = 0;
+  for (uint32_t a = q->kin_at; a < q->kin_at + q->kin_count; a++) {
+    const part* s = &parts[p->kin[a]];
+    uint64_t gap = s->peak - s->lb;
+    if (s == q || gap >= q->peak - q->lb || s->best_at < q->borrowed_at ||
+        (nf == KIN_TRIES && gap >= from[nf - 1]->peak - from[nf - 1]->lb))
+      continue;
+    int k = nf < KIN_TRIES ? nf++ : KIN_TRIES - 1; /* from[] stays nearest first */
+    for (; k > 0 && from[k - 1]->peak - from[k - 1]->lb > gap; k--) from[k] = from[k - 1];
+    from[k] = s;
+  }
+  keyed* key = nf ? malloc(m * sizeof *key) : NULL;
+  for (int f = 0; key && f < nf && q->peak > q->lb; f++) {
+    for (size_t j = 0; j < m; j++) {
+      const pitem* x = &p->it[q->b + j];
+      bool fixed = x->fixed != PLACE_FREE; /* first, at their offsets */
+      uint64_t o = ST_MIN(p->off[from[f]->b + j], UINT64_MAX - 1);
+      key[j] = (keyed){fixed ? UINT64_MAX : UINT64_MAX - 1 - o, fixed ? UINT64_MAX - x->lo : 0,
+                       (uint32_t)(q->b + j)};
+    }
+    st_sort(key, m, sizeof *key, cmp_keyed);
+    for (size_t j = 0; j < m; j++) p->order[j] = key[j].i;
+    uint64_t pk = greedy(p, m, false, p->deadline);
+    p->res->orderings_tried++;
+    if (pk < q->peak) {
+      q->peak = pk;
+      memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
+      q->best_at = ++p->bests;
+    }
+  }
+  free(key); /* without memory, q keeps its placement */
+  q->borrowed_at = p->bests + 1;
+}
+
 /* Partition k is done: at its goal or proven, here or (p->solved) by the other thread, or it
  * takes its twin's placement. */
 static bool part_done(const placer* p, const part* parts, size_t k, uint64_t goal) {
@@ -863,6 +964,13 @@ static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal
       if (c->turn == p->turn && !part_done(p, parts, k, goal) && searchable(c) &&
           (q == worst || c->peak > q->peak))
         q = c;
+    }
+    if (q->kin_count && q->borrowed_at != p->bests + 1) {
+      borrow_kin(p, parts, q);
+      if (q->peak <= goal) {
+        if (p->solved) atomic_store_explicit(&p->solved[q - parts], 1, memory_order_relaxed);
+        continue;
+      }
     }
     bool stop = false;
     stalloc_status_t st = search_step(p, q, goal, &stop);
@@ -923,16 +1031,21 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
     w->p.lean = true;
     w->p.res = &w->res;
     w->p.off = malloc((p->n ? p->n : 1) * sizeof(uint64_t));
+    /* scratch of its own for borrow_kin's first fit */
+    w->p.tmp = malloc((p->n ? p->n : 1) * sizeof(uint64_t));
+    w->p.order = malloc((ST_MIN(p->n, GREEDY_BIG) + 1) * sizeof(uint32_t));
+    w->p.plist = malloc((ST_MIN(p->n, GREEDY_BIG) + 1) * sizeof(uint32_t));
     w->parts = malloc((np ? np : 1) * sizeof(part));
     w->np = np;
     w->goal = goal;
-    if (w->p.off && w->parts) {
+    if (w->p.off && w->p.tmp && w->p.order && w->p.plist && w->parts) {
       memcpy(w->p.off, p->off, p->n * sizeof(uint64_t));
       memcpy(w->parts, parts, np * sizeof(part));
     }
   }
   pthread_t tid;
-  bool threaded = w && w->p.off && w->parts && pthread_create(&tid, NULL, portfolio_main, w) == 0;
+  bool threaded = w && w->p.off && w->p.tmp && w->p.order && w->p.plist && w->parts &&
+                  pthread_create(&tid, NULL, portfolio_main, w) == 0;
   stalloc_status_t st = improve(p, parts, np, goal, optimal);
   if (threaded) {
     pthread_join(tid, NULL);
@@ -958,6 +1071,9 @@ static stalloc_status_t improve_portfolio(placer* p, part* parts, size_t np, uin
   p->turn = -1;
   if (w) {
     free(w->p.off);
+    free(w->p.tmp);
+    free(w->p.order);
+    free(w->p.plist);
     free(w->parts);
     free(w);
   }
@@ -1134,6 +1250,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   uint64_t goal = ST_MAX(lb, fixed_top);
   if (limit > 0.0) {
     find_twins(p, parts, nparts, goal); /* without memory for it, every partition is searched */
+    find_kin(p, parts, nparts);         /* without memory for it, none borrows */
     st = improve_portfolio(p, parts, nparts, goal, &optimal);
     take_twins(p, parts, nparts);
     if (!st && !optimal) st = peel_more(p, parts, nparts);
@@ -1177,6 +1294,7 @@ done:
   free(p->tmp);
   free(p->order);
   free(p->plist);
+  free(p->kin);
   res->seconds = st_now() - t0;
   return st;
 }
