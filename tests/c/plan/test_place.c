@@ -196,6 +196,32 @@ static void test_twin_partitions(void) {
     CHECK(off[M + 20 + j] == off[j] && off[2 * M + 20 + j] == off[j]);
 }
 
+/* Partitions of as many items that differ (lifetimes, sizes, fixed items at other offsets):
+ * each may borrow another's placement order (place.c, borrow_kin), and every placement that
+ * comes back must still be valid around its own fixed items, with any alignment. */
+static void test_kin_partitions(void) {
+  enum { M = 80, COPIES = 5, SPAN = 60 };
+  static const uint64_t aligns[3] = {1, 8, 3};
+  for (int round = 0; round < 6; round++) {
+    st_place_item one[M], it[COPIES * M];
+    random_instance(one, M, 40, 200, round % 2 ? 10 : 0);
+    size_t n = 0;
+    for (int c = 0; c < COPIES; c++) {
+      uint64_t shift = (uint64_t)c * 2 * SPAN;
+      for (size_t j = 0; j < M; j++) {
+        st_place_item x = one[j];
+        if (c && rnd(4) == 0) x.upper += 1 + rnd(5); /* freed later */
+        if (c && x.fixed_offset == PLACE_FREE && rnd(4) == 0) x.size = 1 + rnd(200);
+        if (x.fixed_offset != PLACE_FREE) x.fixed_offset += (uint64_t)c * 7; /* the band moves */
+        it[n++] = (st_place_item){x.lower + shift, x.upper + shift, x.size, x.fixed_offset};
+      }
+    }
+    uint64_t align = aligns[round % 3];
+    uint64_t with_search = place_and_check(it, n, align, 0.2);
+    CHECK(with_search <= place_and_check(it, n, align, 0.0));
+  }
+}
+
 static void test_edge_cases(void) {
   st_place_result r;
   st_place_params pp = {1, 0.0, NULL};
@@ -304,6 +330,7 @@ int main(void) {
   RUN(test_search_reaches_bound);
   RUN(test_search_around_fixed_reaches_bound);
   RUN(test_twin_partitions);
+  RUN(test_kin_partitions);
   RUN(test_random_small);
   RUN(test_random_medium);
   RUN(test_large_partition);
