@@ -503,9 +503,10 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
    * what lives to the end did, and took 1.5 s of 5 again) */
   st_peel_probe ran[PEEL_TRIES];
   for (int a = 0; a < PEEL_TRIES && q->peels_run; a++) {
+    if (!(q->peels_run >> a & 1)) continue;
+    if (st_now() >= until || st_cancel_requested(p->cancel)) return;
     peel_rank t = peel_params(q, span, a);
-    if ((q->peels_run >> a & 1) && st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &ran[nran]))
-      nran++;
+    nran += st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &ran[nran]);
   }
   for (int a = from; a < PEEL_TRIES; a++) {
     if (st_now() >= until || st_cancel_requested(p->cancel)) return;
