@@ -100,8 +100,10 @@ static int cmp_keyed(const void* a, const void* b) {
 }
 
 enum { ORD_SIZE, ORD_LENGTH, ORD_AREA, ORD_START, ORD_TOTAL, ORD_COUNT };
+enum { ORD_GIVEN = ORD_COUNT }; /* not a greedy ordering: by the caller's keys, then start */
 
-/* Fills order[0..m) with partition items in the given ordering (fixed items first). */
+/* Fills order[0..m) with partition items in the given ordering (fixed items first); sec_max
+ * holds ORD_TOTAL's keys or ORD_GIVEN's, one per item. */
 static bool make_order(placer* p, size_t b, size_t e, int how, const uint64_t* sec_max) {
   size_t m = e - b;
   keyed* k = malloc((m ? m : 1) * sizeof *k);
@@ -120,6 +122,7 @@ static bool make_order(placer* p, size_t b, size_t e, int how, const uint64_t* s
       }
       case ORD_START: v = UINT64_MAX - x->lo; break;
       case ORD_TOTAL: v = sec_max[j]; break;
+      case ORD_GIVEN: v = sec_max[j]; w = 0; break;
     }
     /* fixed items go first whatever the ordering: the others must avoid them */
     k[j].k1 = fixed_first ? UINT64_MAX : ST_MIN(v, UINT64_MAX - 1);
@@ -485,9 +488,9 @@ static bool rank_before(const peel_rank* x, const peel_rank* y) {
   return x->probe.bound < y->probe.bound || (x->probe.bound == y->probe.bound && x->probe.largest < y->probe.largest);
 }
 
-/* Try a's parameters on a partition of `span` time points and bound q->lb. */
-static peel_rank peel_params(const part* q, uint32_t span, int a) {
-  uint32_t d = peel_list[a].divisor;
+/* Try a's parameters on partition q. */
+static peel_rank peel_params(const part* q, int a) {
+  uint32_t span = q->thi - q->tlo, d = peel_list[a].divisor;
   return (peel_rank){.index = a, .min_len = d ? (span / d ? span / d : 1) : 0,
                      .cut_bytes = peel_list[a].cut_shift ? ST_MAX(q->lb >> peel_list[a].cut_shift, 1) : 0};
 }
@@ -495,7 +498,6 @@ static peel_rank peel_params(const part* q, uint32_t span, int a) {
 static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int to, double until,
                        double phase) {
   size_t m = q->e - q->b;
-  uint32_t span = q->thi - q->tlo;
   peel_rank r[PEEL_TRIES];
   int n = 0, nran = 0;
   /* The splits of the tries run before: a try that splits as one of them did is not run (on a
@@ -505,7 +507,7 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
   for (int a = 0; a < PEEL_TRIES && q->peels_run; a++) {
     if (!(q->peels_run >> a & 1)) continue;
     if (st_now() >= until || st_cancel_requested(p->cancel)) return;
-    peel_rank t = peel_params(q, span, a);
+    peel_rank t = peel_params(q, a);
     nran += st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &ran[nran]);
   }
   for (int a = from; a < PEEL_TRIES; a++) {
@@ -513,7 +515,7 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
     /* past `to`, only while none so far can reach the bound, and only one that can */
     bool later = a >= to;
     if ((later && n && r[0].probe.bound <= q->lb) || (q->peels_run >> a & 1)) continue;
-    peel_rank t = peel_params(q, span, a);
+    peel_rank t = peel_params(q, a);
     if (!st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &t.probe) ||
         t.probe.bound >= q->peak || (later && t.probe.bound > q->lb))
       continue;
@@ -933,17 +935,11 @@ static void borrow_kin(placer* p, const part* parts, part* q) {
     for (; k > 0 && from[k - 1]->peak - from[k - 1]->lb > gap; k--) from[k] = from[k - 1];
     from[k] = s;
   }
-  keyed* key = nf ? malloc(m * sizeof *key) : NULL;
+  uint64_t* key = nf ? malloc(m * sizeof *key) : NULL; /* descending: the lowest offset first */
   for (int f = 0; key && f < nf && q->peak > q->lb; f++) {
-    for (size_t j = 0; j < m; j++) {
-      const pitem* x = &p->it[q->b + j];
-      bool fixed = x->fixed != PLACE_FREE; /* first, at their offsets */
-      uint64_t o = ST_MIN(p->off[from[f]->b + j], UINT64_MAX - 1);
-      key[j] = (keyed){fixed ? UINT64_MAX : UINT64_MAX - 1 - o, fixed ? UINT64_MAX - x->lo : 0,
-                       (uint32_t)(q->b + j)};
-    }
-    st_sort(key, m, sizeof *key, cmp_keyed);
-    for (size_t j = 0; j < m; j++) p->order[j] = key[j].i;
+    for (size_t j = 0; j < m; j++)
+      key[j] = UINT64_MAX - 1 - ST_MIN(p->off[from[f]->b + j], UINT64_MAX - 1);
+    if (!make_order(p, q->b, q->e, ORD_GIVEN, key)) break; /* no memory: q keeps its placement */
     uint64_t pk = greedy(p, m, false, p->deadline);
     p->res->orderings_tried++;
     if (pk < q->peak) {
