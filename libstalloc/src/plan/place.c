@@ -71,7 +71,7 @@ typedef struct placer {
   bool every_ordering; /* st_place_params.every_ordering */
   uint32_t* kin;      /* partition indices by item count (find_kin): the partitions whose
                          placements another of the same count may borrow (borrow_kin) */
-  uint64_t bests;     /* new best placements of any partition so far (borrow_kin's clock) */
+  struct kin_board* board; /* the best placements of partitions with kin, both threads' */
 } placer;
 
 static int cmp_u64(const void* a, const void* b) {
@@ -335,8 +335,7 @@ typedef struct part {
   uint32_t nfree;
   uint32_t peels_run; /* bit a: peel_list[a] was tried on it */
   uint32_t kin_at, kin_count; /* its group in p->kin (kin_count 0: none) */
-  uint64_t best_at;     /* p->bests when its peak last fell (0: its construction's) */
-  uint64_t borrowed_at; /* p->bests + 1 when it last borrowed (0: never) */
+  uint64_t borrowed_at; /* the board's stamp + 1 when this thread last borrowed (0: never) */
 } part;
 
 /* Each item's largest section total over its lifetime, from a sparse table of range maxima:
@@ -470,9 +469,9 @@ typedef struct peel_arrays {
  * none of them can reach the partition's bound, also a later try, not run yet, that can (the
  * full-size mixtral_1f1b_recompute's is the fourth: run last, it had 2 s for its groups'
  * searches and stopped at 1.0036). A try is not run twice on a partition. Each
- * try is probed first (its split, without placing): one that cannot beat the peak, or splits
- * as an earlier one did, is dropped; the rest go lowest bound first, and on a tie the one
- * whose largest group is smallest (the groups' searches are what take time). The first gets
+ * try is probed first (its split, without placing): one whose bound cannot beat the peak, or splits
+ * as an earlier one did, is dropped; the rest go lowest bound first (rank_before), and on a
+ * tie the one whose largest group is smallest (the groups' searches are what take time). The first gets
  * most of the time, the others equal shares of what is left. `phase` (0..1] is the part of the
  * time to `until` the tries may take; a first try whose split can reach the partition's bound
  * (its groups on their floors are no higher) takes nine tenths of all of it instead: it is the
@@ -484,8 +483,22 @@ typedef struct peel_rank {
   st_peel_probe probe;
 } peel_rank;
 
-static bool rank_before(const peel_rank* x, const peel_rank* y) {
-  return x->probe.bound < y->probe.bound || (x->probe.bound == y->probe.bound && x->probe.largest < y->probe.largest);
+/* Lowest bound with every group on its floor first (a split whose groups go around their L
+ * items reaches its own bound less easily: st_peel_probe); but among bounds within the same
+ * 1/4096 of the partition's bound lb, a split whose groups the search can each take before one
+ * whose largest group must be split
+ * again (a held-out T5 curriculum run: what lives to the end, 768 bytes over the bound, left
+ * one group of 21,373 items that took 1.5 s to split again as the thin cuts split it at once,
+ * 1,088 bytes over, which then had 1 s for the search its 1,940-item steps need). */
+static bool rank_before(const peel_rank* x, const peel_rank* y, uint64_t lb) {
+  uint64_t slice = ST_MAX(lb >> 12, 1), fx = x->probe.floor_bound, fy = y->probe.floor_bound;
+  /* a bound below lb (wrapped sums of fuzzed sizes) counts as lb's slice */
+  uint64_t bx = fx > lb ? (fx - lb) / slice : 0;
+  uint64_t by = fy > lb ? (fy - lb) / slice : 0;
+  bool sx = x->probe.largest <= SEARCH_MAX, sy = y->probe.largest <= SEARCH_MAX;
+  if (bx != by) return bx < by;
+  if (sx != sy) return sx;
+  return fx < fy || (fx == fy && x->probe.largest < y->probe.largest);
 }
 
 /* Try a's parameters on partition q. */
@@ -514,22 +527,23 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
     if (st_now() >= until || st_cancel_requested(p->cancel)) return;
     /* past `to`, only while none so far can reach the bound, and only one that can */
     bool later = a >= to;
-    if ((later && n && r[0].probe.bound <= q->lb) || (q->peels_run >> a & 1)) continue;
+    if ((later && n && r[0].probe.floor_bound <= q->lb) || (q->peels_run >> a & 1)) continue;
     peel_rank t = peel_params(q, a);
     if (!st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &t.probe) ||
-        t.probe.bound >= q->peak || (later && t.probe.bound > q->lb))
+        t.probe.bound >= q->peak || (later && t.probe.floor_bound > q->lb))
       continue;
     bool seen = false;
     for (int k = 0; k < n + nran && !seen; k++) {
       const st_peel_probe* o = k < n ? &r[k].probe : &ran[k - n];
-      seen = o->bound == t.probe.bound && o->groups == t.probe.groups && o->largest == t.probe.largest;
+      seen = o->bound == t.probe.bound && o->floor_bound == t.probe.floor_bound && o->groups == t.probe.groups &&
+             o->largest == t.probe.largest;
     }
     if (seen) continue;
     int k = n++;
-    for (; k > 0 && rank_before(&t, &r[k - 1]); k--) r[k] = r[k - 1];
+    for (; k > 0 && rank_before(&t, &r[k - 1], q->lb); k--) r[k] = r[k - 1];
     r[k] = t;
   }
-  bool promising = n && r[0].probe.bound <= q->lb;
+  bool promising = n && r[0].probe.floor_bound <= q->lb;
   double end = promising ? until : st_now() + (until - st_now()) * phase;
   for (int k = 0; k < n && q->peak > q->lb; k++) {
     double left = end - st_now();
@@ -737,11 +751,70 @@ static void part_free(part* q) {
   free(q->size_keep);
 }
 
+/* ---- the kin board: partitions' best placements, shared by the portfolio's threads ----- */
+
+/* Each thread keeps its own placements; partitions with kin (find_kin) also post each new best
+ * here, so that a partition one thread settled lends its order to the kin the other thread
+ * searches (the held-out T5 curriculum run: the main thread placed one 1,940-item step at its
+ * bound in 0.3 s while the other thread searched its alike steps for 2 s more, 28 KB over). */
+typedef struct kin_board {
+  pthread_mutex_t lock;
+  uint64_t* off;           /* per active item: the best offsets posted for its partition */
+  uint64_t* peak;          /* per partition: the best peak posted */
+  uint64_t* at;            /* per partition: the stamp of its last post (0: its construction's) */
+  _Atomic uint64_t stamp;  /* posts so far: borrow_kin's clock */
+} kin_board;
+
+static void board_free(kin_board* b) {
+  if (!b) return;
+  pthread_mutex_destroy(&b->lock);
+  free(b->off);
+  free(b->peak);
+  free(b->at);
+  free(b);
+}
+
+/* The board for the partitions' placements so far; NULL without memory or without kin. */
+static kin_board* board_create(const placer* p, const part* parts, size_t np) {
+  bool any = false;
+  for (size_t k = 0; k < np && !any; k++) any = parts[k].kin_count > 0;
+  kin_board* b = any ? calloc(1, sizeof *b) : NULL;
+  if (!b) return NULL;
+  b->off = malloc((p->n ? p->n : 1) * sizeof *b->off);
+  b->peak = malloc((np ? np : 1) * sizeof *b->peak);
+  b->at = calloc(np ? np : 1, sizeof *b->at);
+  if (!b->off || !b->peak || !b->at || pthread_mutex_init(&b->lock, NULL) != 0) {
+    free(b->off);
+    free(b->peak);
+    free(b->at);
+    free(b);
+    return NULL;
+  }
+  memcpy(b->off, p->off, p->n * sizeof *b->off);
+  for (size_t k = 0; k < np; k++) b->peak[k] = parts[k].peak;
+  atomic_init(&b->stamp, 0);
+  return b;
+}
+
+/* q's placement in p->off is a new best of this thread's: posted if it beats the board's. */
+static void board_post(placer* p, const part* parts, const part* q) {
+  kin_board* b = p->board;
+  size_t k = (size_t)(q - parts);
+  if (!b || !q->kin_count) return;
+  pthread_mutex_lock(&b->lock);
+  if (q->peak < b->peak[k]) {
+    memcpy(b->off + q->b, p->off + q->b, (q->e - q->b) * sizeof *b->off);
+    b->peak[k] = q->peak;
+    b->at[k] = atomic_fetch_add(&b->stamp, 1) + 1;
+  }
+  pthread_mutex_unlock(&b->lock);
+}
+
 /* One search attempt on the partition that sets the peak. Attempts alternate between the
  * lowest capacity not yet ruled out and the midpoint towards the best found (so the peak
  * improves even when the bound is out of reach), cycling through the preorderings; each
  * full cycle doubles the node limit, as MiniMalloc's round robin does. */
-static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* stop) {
+static stalloc_status_t search_step(placer* p, const part* parts, part* q, uint64_t goal, bool* stop) {
   if (!q->search) {
     stalloc_status_t st = search_setup(p, q);
     if (st) return st;
@@ -769,7 +842,7 @@ static stalloc_status_t search_step(placer* p, part* q, uint64_t goal, bool* sto
       if (pk < q->peak) {
         q->peak = pk;
         memcpy(p->off + q->b, q->sol, m * sizeof(uint64_t));
-        q->best_at = ++p->bests;
+        board_post(p, parts, q);
       }
       q->step_shift = 1;
       /* a new best is a new problem: start its attempts small again */
@@ -918,38 +991,50 @@ static bool find_kin(placer* p, part* parts, size_t np) {
  * that repeats can differ only in when some blocks are freed (a first step that runs longer)
  * or in a floor a few bytes higher after peeling: other problems to the search, which reached
  * one step's bound in 0.4 s and not the next one's in 20 s (the held-out T5 runs, 1,940 items),
- * where the first step's order places the next at its bound. Kin lent from: those nearer their
- * own bound than q is to its own whose peak fell since q last borrowed, the nearest
- * KIN_TRIES. */
+ * where the first step's order places the next at its bound. Kin lent from (their best on the
+ * board, either thread's): those nearer their own bound than q is to its own whose peak fell
+ * since this thread last borrowed for q, the nearest KIN_TRIES. */
 static void borrow_kin(placer* p, const part* parts, part* q) {
+  kin_board* b = p->board;
   size_t m = q->e - q->b;
-  const part* from[KIN_TRIES];
+  uint32_t from[KIN_TRIES];
+  uint64_t gaps[KIN_TRIES];
   int nf = 0;
+  pthread_mutex_lock(&b->lock);
+  uint64_t now = atomic_load(&b->stamp);
   for (uint32_t a = q->kin_at; a < q->kin_at + q->kin_count; a++) {
-    const part* s = &parts[p->kin[a]];
-    uint64_t gap = s->peak - s->lb;
-    if (s == q || gap >= q->peak - q->lb || s->best_at < q->borrowed_at ||
-        (nf == KIN_TRIES && gap >= from[nf - 1]->peak - from[nf - 1]->lb))
+    uint32_t s = p->kin[a];
+    uint64_t gap = b->peak[s] - parts[s].lb;
+    if (&parts[s] == q || gap >= q->peak - q->lb || b->at[s] < q->borrowed_at ||
+        (nf == KIN_TRIES && gap >= gaps[nf - 1]))
       continue;
     int k = nf < KIN_TRIES ? nf++ : KIN_TRIES - 1; /* from[] stays nearest first */
-    for (; k > 0 && from[k - 1]->peak - from[k - 1]->lb > gap; k--) from[k] = from[k - 1];
+    for (; k > 0 && gaps[k - 1] > gap; k--) {
+      from[k] = from[k - 1];
+      gaps[k] = gaps[k - 1];
+    }
     from[k] = s;
+    gaps[k] = gap;
   }
+  pthread_mutex_unlock(&b->lock);
+  /* posts from now on are new to q (its own included: the next borrow finds nothing new) */
+  q->borrowed_at = now + 1;
   uint64_t* key = nf ? malloc(m * sizeof *key) : NULL; /* descending: the lowest offset first */
   for (int f = 0; key && f < nf && q->peak > q->lb; f++) {
-    for (size_t j = 0; j < m; j++)
-      key[j] = UINT64_MAX - 1 - ST_MIN(p->off[from[f]->b + j], UINT64_MAX - 1);
+    pthread_mutex_lock(&b->lock); /* the other thread may post a better one meanwhile */
+    const uint64_t* o = b->off + parts[from[f]].b;
+    for (size_t j = 0; j < m; j++) key[j] = UINT64_MAX - 1 - ST_MIN(o[j], UINT64_MAX - 1);
+    pthread_mutex_unlock(&b->lock);
     if (!make_order(p, q->b, q->e, ORD_GIVEN, key)) break; /* no memory: q keeps its placement */
     uint64_t pk = greedy(p, m, false, p->deadline);
     p->res->orderings_tried++;
     if (pk < q->peak) {
       q->peak = pk;
       memcpy(p->off + q->b, p->tmp + q->b, m * sizeof(uint64_t));
-      q->best_at = ++p->bests;
+      board_post(p, parts, q);
     }
   }
   free(key); /* without memory, q keeps its placement */
-  q->borrowed_at = p->bests + 1;
 }
 
 /* Partition k is done: at its goal or proven, here or (p->solved) by the other thread, or it
@@ -983,7 +1068,7 @@ static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal
           (q == worst || c->peak > q->peak))
         q = c;
     }
-    if (q->kin_count && q->borrowed_at != p->bests + 1) {
+    if (p->board && q->kin_count && q->borrowed_at != atomic_load(&p->board->stamp) + 1) {
       borrow_kin(p, parts, q);
       if (q->peak <= goal) {
         if (p->solved) atomic_store_explicit(&p->solved[q - parts], 1, memory_order_relaxed);
@@ -991,7 +1076,7 @@ static stalloc_status_t improve(placer* p, part* parts, size_t np, uint64_t goal
       }
     }
     bool stop = false;
-    stalloc_status_t st = search_step(p, q, goal, &stop);
+    stalloc_status_t st = search_step(p, parts, q, goal, &stop);
     if (p->solved && q->peak <= ST_MAX(goal, q->proven))
       atomic_store_explicit(&p->solved[q - parts], 1, memory_order_relaxed);
     if (st || stop) return st;
@@ -1269,6 +1354,7 @@ stalloc_status_t st_place(const st_place_item* items, size_t n, const st_place_p
   if (limit > 0.0) {
     find_twins(p, parts, nparts, goal); /* without memory for it, every partition is searched */
     find_kin(p, parts, nparts);         /* without memory for it, none borrows */
+    p->board = board_create(p, parts, nparts); /* nor without memory for this */
     st = improve_portfolio(p, parts, nparts, goal, &optimal);
     take_twins(p, parts, nparts);
     if (!st && !optimal) st = peel_more(p, parts, nparts);
@@ -1313,6 +1399,7 @@ done:
   free(p->order);
   free(p->plist);
   free(p->kin);
+  board_free(p->board);
   res->seconds = st_now() - t0;
   return st;
 }

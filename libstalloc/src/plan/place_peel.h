@@ -20,10 +20,12 @@ bool st_place_peel(const uint32_t* lo, const uint32_t* hi, const uint64_t* size,
                    double time_limit, const volatile int* cancel, uint64_t* off, uint64_t* peak);
 
 /* What a split would give, without placing anything: its bound (the L items' top, or a
- * group's bytes live at once on its floor), its groups and the items in its largest group.
- * False when the partition does not come apart (or without memory). */
+ * group's bytes live at once on its floor or, where that floor is well above them, around its
+ * L items), the same bound with every group on its floor (a bound met more easily: how likely
+ * the split is to reach its bound), its groups and the items in its largest group. False when
+ * the partition does not come apart (or without memory). */
 typedef struct st_peel_probe {
-  uint64_t bound;
+  uint64_t bound, floor_bound;
   size_t groups, largest;
 } st_peel_probe;
 bool st_place_peel_probe(const uint32_t* lo, const uint32_t* hi, const uint64_t* size, size_t m,
