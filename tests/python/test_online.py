@@ -744,6 +744,22 @@ def test_a_layout_that_climbs_the_address_space_gives_way():
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= granule_floor(t) + 2 * 2 * MiB
 
 
+def test_a_kind_does_not_go_back_to_a_layout_far_from_the_one_it_followed():
+    # T5 with AdamW foreach and mixed precision at full size, sizes x256 (a 34 GiB run), plans
+    # off (the growable pool and its layout hints serve every step, as where plans are
+    # declined). Each boundary could not keep the layout its step followed (blocks in use sit
+    # where it goes) and took the one before it, which replays to as many granules as a new
+    # one; the two lay 20 GiB apart in the address space, and every step mapped 9,919 granules
+    # at new addresses (on a GPU, tens of us each). An earlier layout now gives way where it
+    # maps more granules anew than the new one, 64 for each granule it saves.
+    t = scaled_trace("full/t5_plain_foreach_amp.npz", 256)
+    at_markers = online_at_markers(t, record_steps=1000)
+    maps = [b.backend_allocs - a.backend_allocs for (a, _), (b, _) in zip(at_markers, at_markers[1:])]
+    assert len(maps) >= 7 and max(maps[-2:]) <= 64, maps
+    end = at_markers[-1][0]
+    assert end.peak_reserved_bytes - end.peak_allocated_bytes <= granule_floor(t) + 2 * 2 * MiB
+
+
 DENSE_PERIODIC = [f"{m}_{v}.npz" for m in ("gpt2", "llama")
                   for v in ("plain", "recompute", "accum", "1f1b", "1f1b_m8", "1f1b_vpp", "1f1b_recompute")]
 

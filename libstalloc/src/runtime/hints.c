@@ -956,6 +956,11 @@ static bool keep_earlier(hint_job* job, uint64_t* earlier, bool kept, bool* take
   for (size_t i = job->requests; i < job->count; i++) earlier[i] = job->items[i].fixed_offset;
   uint64_t replayed = replayed_peak(job, earlier, job->requests);
   if (!replayed || (kept ? replayed > job->hinted : replayed >= job->best_fit)) return kept;
+  /* Nor where it lies far from what the step just followed and the new one does not: T5 at
+   * 256x (tools/make_traces.py --models t5 --seed 131 --optimizer adamw_foreach --amp), its
+   * plans off, took the layout before the one it followed at every boundary, two layouts whose
+   * tops were 20 GiB apart, each needing as many granules as the new one: 9,919 moves a step. */
+  if (kept && job->ref_offset && moves_outweigh(job, earlier, job->offsets, job->hinted - replayed)) return kept;
   memcpy(job->offsets, earlier, job->count * sizeof *job->offsets);
   job->hinted = replayed;
   *taken = true;
