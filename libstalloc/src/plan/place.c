@@ -469,7 +469,8 @@ typedef struct peel_arrays {
  * none of them can reach the partition's bound, also a later try, not run yet, that can (the
  * full-size mixtral_1f1b_recompute's is the fourth: run last, it had 2 s for its groups'
  * searches and stopped at 1.0036). A try is not run twice on a partition. Each
- * try is probed first (its split, without placing): one whose bound cannot beat the peak, or splits
+ * try is probed first (its split, without placing): one whose bound cannot beat the peak
+ * (with `around`, its own bound; else the one with every group on its floor), or splits
  * as an earlier one did, is dropped; the rest go lowest bound first (rank_before), and on a
  * tie the one whose largest group is smallest (the groups' searches are what take time). The first gets
  * most of the time, the others equal shares of what is left. `phase` (0..1] is the part of the
@@ -509,7 +510,7 @@ static peel_rank peel_params(const part* q, int a) {
 }
 
 static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int to, double until,
-                       double phase) {
+                       double phase, bool around) {
   size_t m = q->e - q->b;
   peel_rank r[PEEL_TRIES];
   int n = 0, nran = 0;
@@ -530,7 +531,7 @@ static void peel_tries(placer* p, part* q, const peel_arrays* pa, int from, int 
     if ((later && n && r[0].probe.floor_bound <= q->lb) || (q->peels_run >> a & 1)) continue;
     peel_rank t = peel_params(q, a);
     if (!st_place_peel_probe(pa->lo, pa->hi, pa->size, m, t.min_len, t.cut_bytes, &t.probe) ||
-        t.probe.bound >= q->peak || (later && t.probe.floor_bound > q->lb))
+        (around ? t.probe.bound : t.probe.floor_bound) >= q->peak || (later && t.probe.floor_bound > q->lb))
       continue;
     bool seen = false;
     for (int k = 0; k < n + nran && !seen; k++) {
@@ -599,7 +600,7 @@ static stalloc_status_t improve_big(placer* p, part* q, double until) {
   if (peelable(q) && !p->every_ordering) { /* peeling watches the clock */
     peel_arrays pa = {0};
     bool ok = peel_setup(p, q, &pa);
-    if (ok) peel_tries(p, q, &pa, 0, PEEL_FIRST, until, 0.5);
+    if (ok) peel_tries(p, q, &pa, 0, PEEL_FIRST, until, 0.5, false);
     peel_free(&pa);
     if (!ok) goto nomem;
   }
@@ -664,13 +665,17 @@ static bool searchable(const part* q) {
 }
 
 /* Time left after the search: the large partition that sets the peak gets the other peeling
- * tries (other splits into groups) until the deadline. */
+ * tries (other splits into groups) until the deadline, and those of the first ones that beat
+ * the peak only with groups around their L items (place_peel.c, close_group). Before the
+ * greedy passes and the search such a split could cost their time for nothing: the shipped
+ * llama_plain spent 2.4 s in one that looked able to reach the bound and stayed 256 bytes
+ * over, and the greedy pass after it placed the run at its bound. */
 static stalloc_status_t peel_more(placer* p, part* parts, size_t np) {
   part* worst = worst_part(parts, np);
   if (!worst || !peelable(worst) || st_now() >= p->deadline) return STALLOC_OK;
   peel_arrays pa = {0};
   bool ok = peel_setup(p, worst, &pa);
-  if (ok) peel_tries(p, worst, &pa, PEEL_FIRST, PEEL_TRIES, p->deadline, 1.0);
+  if (ok) peel_tries(p, worst, &pa, 0, PEEL_TRIES, p->deadline, 1.0, true);
   peel_free(&pa);
   return ok ? STALLOC_OK
             : st_fail(STALLOC_ERR_OUT_OF_MEMORY, "placement: no memory for a partition of %zu items",
