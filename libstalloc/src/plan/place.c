@@ -487,10 +487,10 @@ typedef struct peel_rank {
 /* Lowest bound with every group on its floor first (a split whose groups go around their L
  * items reaches its own bound less easily: st_peel_probe); but among bounds within the same
  * 1/4096 of the partition's bound lb, a split whose groups the search can each take before one
- * whose largest group must be split
- * again (a held-out T5 curriculum run: what lives to the end, 768 bytes over the bound, left
- * one group of 21,373 items that took 1.5 s to split again as the thin cuts split it at once,
- * 1,088 bytes over, which then had 1 s for the search its 1,940-item steps need). */
+ * whose largest group must be split again (a held-out T5 curriculum run: what lives to the
+ * end, 768 bytes over the bound, left one group of 21,373 items that took 1.5 s to split again
+ * as the thin cuts split it at once, 1,088 bytes over, which then had 1 s for the search its
+ * 1,940-item steps need). */
 static bool rank_before(const peel_rank* x, const peel_rank* y, uint64_t lb) {
   uint64_t slice = ST_MAX(lb >> 12, 1), fx = x->probe.floor_bound, fy = y->probe.floor_bound;
   /* a bound below lb (wrapped sums of fuzzed sizes) counts as lb's slice */

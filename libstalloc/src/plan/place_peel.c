@@ -15,7 +15,10 @@
  * is that of P on the floor, and its peak is what the group adds to the whole. All groups
  * together go to st_place, which partitions them, places them and spends the time limit on
  * the group that sets the peak. Where no L item starts inside a group, c_P is the L bytes live
- * there, and a group placed at its bound puts the whole at the lower bound. */
+ * there, and a group placed at its bound puts the whole at the lower bound. Where one does
+ * (optimizer state made after the warm-up's peak) and the floor is well over what the group and
+ * its L items have live at once, the group goes around those L items instead, fixed at their
+ * offsets (close_group). */
 #include "plan/place_peel.h"
 
 #include <stdlib.h>
