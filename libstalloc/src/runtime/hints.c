@@ -628,8 +628,13 @@ static bool layout_at_risk(hint_job* job, bool with) {
  * replays. A step whose blocks would touch more than REPLAY_GRANULES granules in all (4 TiB
  * allocated in one step; the largest recorded step allocates 19 times its peak, so at that
  * ratio a 215 GB peak; fuzzed traces ask for more) is not judged, and keeps no hints: its
- * replays would hold the hints' thread for seconds to minutes (docs/fuzzing.md). */
-#define REPLAY_GRANULES (1ull << 21)
+ * replays would hold the hints' thread for seconds to minutes (docs/fuzzing.md). The fuzz build
+ * sets a lower limit (ST_REPLAY_GRANULES, CMakeLists.txt): its coverage and sanitizers make a
+ * granule some 45 times dearer, and a step under 2^21 could pass libFuzzer's timeout. */
+#ifndef ST_REPLAY_GRANULES
+#define ST_REPLAY_GRANULES (1ull << 21)
+#endif
+#define REPLAY_GRANULES ((uint64_t)(ST_REPLAY_GRANULES))
 
 static bool too_large_to_replay(const hint_job* job) {
   uint64_t granules = 0;
