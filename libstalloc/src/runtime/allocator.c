@@ -282,7 +282,7 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
     tell_layout(a);
     if (at != UINT64_MAX) {
       hinted = st_arena_alloc_at(a->arena, at, size, stream, p, &ablock);
-      st_hints_outcome(a->hints, hinted);
+      st_hints_outcome(a->hints, hinted, at);
       a->stats.hinted_allocs += hinted;
     }
   }

@@ -26,9 +26,11 @@ void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset);
  * and size (n positions); *version changes whenever that layout does (0: none). */
 bool st_hints_layout(const st_hints* h, const uint64_t** offsets, const uint64_t** sizes, size_t* n,
                      uint64_t* version);
-/* Whether the hinted place was free (false: it went where best fit put it). Hints that miss
- * too often stop for the rest of the step: the step is not like the one they came from. */
-void st_hints_outcome(st_hints* h, bool taken);
+/* Whether the hinted place (`offset`) was free (false: it went where best fit put it). Hints
+ * that miss too often stop for the rest of the step: the step is not like the one they came
+ * from. A place held by one of the step's first requests, placed before these hints served the
+ * step, is not a miss. */
+void st_hints_outcome(st_hints* h, bool taken, uint64_t offset);
 /* The block at `position` of step `step` was freed (of the step before the one under way: when
  * in the step under way, which says when such a block goes in the next step). */
 void st_hints_freed(st_hints* h, uint32_t step, uint32_t position);
