@@ -129,6 +129,11 @@ struct st_hints {
    * before that position holds is not the set's miss (st_hints_outcome). */
   uint64_t first_at[PROBE];
   size_t served_from;
+  /* Requests whose hinted bytes one of those held, by position, and where they went instead:
+   * a request whose hinted bytes one of them holds is not a miss either (DISPLACED at most). */
+  uint32_t displaced[PROBE];
+  uint64_t displaced_at[PROBE];
+  size_t displaced_n;
   /* Steps of a kind seen before: those whose sizes repeated the step before of their kind (or
    * changed only as the shape rules foretell), and those that changed at two positions or more
    * with no rule (an MoE gate routing sizes): how likely a step is to follow its hints to the
@@ -426,6 +431,7 @@ bool st_hints_layout(const st_hints* h, const uint64_t** offsets, const uint64_t
 void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset) {
   if (h->pending && position < h->pending_key) h->pending->items[position].fixed_offset = offset;
   if (position < PROBE && position < h->n) h->first_at[position] = offset;
+  if (h->displaced_n && h->displaced[h->displaced_n - 1] == position) h->displaced_at[h->displaced_n - 1] = offset;
 }
 
 /* A step may begin as two kinds do (an evaluation pass expected, a training step come: both
@@ -442,9 +448,22 @@ void st_hints_outcome(st_hints* h, bool taken, uint64_t offset) {
     return;
   }
   if (h->n) {
-    uint64_t size = h->sizes[h->n - 1];
-    for (size_t q = 0; q < ST_MIN(h->served_from, (size_t)PROBE) && q + 1 < h->n; q++)
-      if (h->freed_at[q] == LIVE && h->first_at[q] < offset + size && offset < h->first_at[q] + h->sizes[q]) return;
+    size_t p = h->n - 1;
+    uint64_t size = h->sizes[p];
+    bool held = false;
+    for (size_t q = 0; q < ST_MIN(h->served_from, (size_t)PROBE) && q < p && !held; q++)
+      held = h->freed_at[q] == LIVE && h->first_at[q] < offset + size && offset < h->first_at[q] + h->sizes[q];
+    for (size_t k = 0; k < h->displaced_n && !held; k++) {
+      uint32_t q = h->displaced[k];
+      held = h->freed_at[q] == LIVE && h->displaced_at[k] < offset + size && offset < h->displaced_at[k] + h->sizes[q];
+    }
+    if (held) {
+      if (h->displaced_n < PROBE) {
+        h->displaced[h->displaced_n] = (uint32_t)p;
+        h->displaced_at[h->displaced_n++] = UINT64_MAX;
+      }
+      return;
+    }
   }
   h->misses++;
 }
@@ -1356,6 +1375,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   h->step++;
   h->spoiled = false;
   h->n = 0;
+  h->displaced_n = 0;
   h->hits = h->misses = 0;
   take_set(h, h->active);
 }
