@@ -130,7 +130,7 @@ struct st_hints {
   uint64_t first_at[PROBE];
   size_t served_from;
   /* Requests whose hinted bytes one of those held, by position, and where they went instead:
-   * a request whose hinted bytes one of them holds is not a miss either (DISPLACED at most). */
+   * a request whose hinted bytes one of them holds is not a miss either (PROBE at most). */
   uint32_t displaced[PROBE];
   uint64_t displaced_at[PROBE];
   size_t displaced_n;
@@ -441,7 +441,9 @@ void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset) {
  * says nothing of the layout: counted, two of them stopped the step's hints for all its
  * requests (the held-out BERT and T5 with an evaluation pass after every second step,
  * tools/make_traces.py --small --seed 157 --optimizer sgd --amp: each run's peak, 14 MiB over
- * the same run without the passes at 256x). */
+ * the same run without the passes at 256x). Nor is a miss on the bytes such a request, put off
+ * its place, took where best fit put it: a chain of them followed when those steps came in
+ * random order (bench_online --draw-steps). */
 void st_hints_outcome(st_hints* h, bool taken, uint64_t offset) {
   if (taken) {
     h->hits++;
