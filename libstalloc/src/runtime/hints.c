@@ -444,6 +444,12 @@ void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset) {
  * the same run without the passes at 256x). Nor is a miss on the bytes such a request, put off
  * its place, took where best fit put it: a chain of them followed when those steps came in
  * random order (bench_online --draw-steps). */
+/* Whether the step's request at position q, placed at `at` and not freed, holds some of
+ * [offset, offset + size). */
+static bool holds(const st_hints* h, size_t q, uint64_t at, uint64_t offset, uint64_t size) {
+  return h->freed_at[q] == LIVE && at < offset + size && offset < at + h->sizes[q];
+}
+
 void st_hints_outcome(st_hints* h, bool taken, uint64_t offset) {
   if (taken) {
     h->hits++;
@@ -454,11 +460,8 @@ void st_hints_outcome(st_hints* h, bool taken, uint64_t offset) {
     uint64_t size = h->sizes[p];
     bool held = false;
     for (size_t q = 0; q < ST_MIN(h->served_from, (size_t)PROBE) && q < p && !held; q++)
-      held = h->freed_at[q] == LIVE && h->first_at[q] < offset + size && offset < h->first_at[q] + h->sizes[q];
-    for (size_t k = 0; k < h->displaced_n && !held; k++) {
-      uint32_t q = h->displaced[k];
-      held = h->freed_at[q] == LIVE && h->displaced_at[k] < offset + size && offset < h->displaced_at[k] + h->sizes[q];
-    }
+      held = holds(h, q, h->first_at[q], offset, size);
+    for (size_t k = 0; k < h->displaced_n && !held; k++) held = holds(h, h->displaced[k], h->displaced_at[k], offset, size);
     if (held) {
       if (h->displaced_n < PROBE) {
         h->displaced[h->displaced_n] = (uint32_t)p;
