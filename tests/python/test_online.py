@@ -1283,6 +1283,21 @@ def test_a_pool_that_moves_most_of_its_granules_a_step_places_at_the_ends_of_fre
     assert unet_maps_per_step(pool_at_ends_after=1)[0][11:13] == [0, 0]
 
 
+def test_a_large_pool_that_moves_hundreds_of_granules_a_step_places_at_the_ends_of_free_blocks():
+    # The shipped mixtral_plain at 1024x (a 7 GiB pool of 3,592 granules), its steps four times
+    # over: the gate routes other sizes every step, best fit puts them on other addresses, and
+    # each step moved 400-800 granules (tens of us each on a GPU), under half the pool, so the
+    # relative rule above never fired. A step that moves 512 or more now turns it on for a pool of
+    # any size, and it stays on while a step moves an eighth of that.
+    t = bench_online().repeated_steps(scaled_trace("mixtral_plain.npz", 1024), 4)
+    at = online_at_markers(t)
+    maps = [b.backend_allocs - a.backend_allocs for (a, _), (b, _) in zip(at, at[1:])]
+    late = sorted(maps[len(maps) // 2:])
+    assert late[len(late) // 2] <= 400, maps  # 552 before
+    end = at[-1][0]
+    assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 10 * MiB  # 9.46 MiB either way
+
+
 def test_a_layout_does_not_keep_the_first_requests_where_best_fit_put_them():
     # The first step at a new image size goes by best fit, which puts its first requests (before
     # the step's key position, where its layout is started) far up; the layout of each later

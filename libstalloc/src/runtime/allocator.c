@@ -714,6 +714,9 @@ static void serve_kind(stalloc_allocator_t* a, int k) {
  * needed is used rather than declined, for a plan's region keeps its granules mapped. */
 #define CHURN_GRANULES 16
 #define CHURN_HELD_STEPS 2 /* steps the pool's peak held before a churning pool places at the ends */
+#define CHURN_MOVES 512    /* granules mapped in a step (about 40 ms of driver calls on an H200) from
+                              which a pool of any size churns */
+#define CHURN_KEEP 8       /* a churning pool goes on churning while a step maps CHURN_MOVES / CHURN_KEEP */
 #define CHURN_SLACK 1024
 
 /* What freeing the growable pool's live blocks allocated since request id `first` would give
@@ -809,9 +812,15 @@ static void online_step(stalloc_allocator_t* a, uint64_t step) {
   /* A pool whose step, at a peak that held, moved half as many granules as it holds or more
    * places at the ends of free blocks whatever pool_at_ends_after says (a U-Net trained at
    * several image sizes, at 256x: 2,400-5,700 moves a step, tens of us each on a GPU; at the
-   * ends, none). docs/online.md, "A pool that churns places at the ends all the same". */
+   * ends, none). So does a pool of any size whose step moved CHURN_MOVES granules: at a GPU
+   * run's size (a 28 GiB Mixtral pool routing other sizes each step, 3,000 moves of its 14,000
+   * granules) the moves cost tens of ms a step and a granule more is nothing; once on, it stays
+   * on while a step moves an eighth of that, for at the ends the moves halve and would turn it
+   * off by turns. docs/online.md, "A pool that churns places at the ends all the same". */
   bool churns = a->arena && a->peak_held_steps >= CHURN_HELD_STEPS &&
-                moved * 2 * st_arena_granule(a->arena) >= a->budget.reserved;
+                (moved * 2 * st_arena_granule(a->arena) >= a->budget.reserved || moved >= CHURN_MOVES ||
+                 (a->churning && moved * CHURN_KEEP >= CHURN_MOVES));
+  a->churning = churns;
   if (a->arena)
     st_arena_set_at_ends(a->arena, st_online_in_pool(a->online) && ((after && a->peak_held_steps >= after) || churns));
   a->step_first_id = a->next_id; /* for the next boundary's decision, as step_allocs_at */

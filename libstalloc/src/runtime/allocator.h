@@ -78,6 +78,7 @@ struct stalloc_allocator {
   uint64_t step_arena_maps;         /* st_arena_maps at the last marker */
   uint64_t peak_at_marker;          /* budget.peak_reserved at the last marker */
   uint32_t peak_held_steps;         /* markers since the peak reserved last grew */
+  bool churning;                    /* the pool places at the ends of free blocks for its moves */
   uint64_t want_version;            /* the hints' layout the arena was last told of (0: none) */
   st_runtime* kinds[ST_ONLINE_KINDS]; /* one plan per kind of step (a loaded plan: kinds[0]) */
   uint64_t probe[KIND_PROBE];       /* the first request sizes of the step under way, while */
