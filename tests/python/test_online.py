@@ -1298,6 +1298,27 @@ def test_a_large_pool_that_moves_hundreds_of_granules_a_step_places_at_the_ends_
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 10 * MiB  # 9.46 MiB either way
 
 
+def test_a_block_the_step_frees_does_not_lift_the_next_layout():
+    # The full-size GPT-2 with an evaluation pass after every second step (SGD, mixed precision;
+    # tests/data/traces/full/gpt2_eval_sgd_amp.npz), its steps four times over at 256x (a 28 GiB
+    # pool). Where two passes come in a row the plans go and the growable pool serves with
+    # layout hints. A training step leaves a 1 KiB block live until the next one's first request,
+    # near the top of its layout; holes first took it as a block in use that keeps its granules
+    # mapped and closed off every untouched granule below it, so the next layout went 8,600
+    # granules up and the one after came back: each training step moved 8,446-8,671 granules.
+    t = bench_online().repeated_steps(stalloc.load_trace(TRACES / "full" / "gpt2_eval_sgd_amp.npz").scaled(256), 4)
+    at = online_at_markers(t)
+    steps = [(b.alloc_count - a.alloc_count, b.backend_allocs - a.backend_allocs, b.hinted_allocs - a.hinted_allocs)
+             for (a, _), (b, _) in zip(at, at[1:])]
+    most = max(n for n, _, _ in steps)
+    second = [k for k in range(len(steps) * 2 // 3, len(steps))
+              if steps[k][0] == most and steps[k - 1][0] == most and steps[k][2] == most]
+    assert len(second) >= 3, steps  # a training step after a training step, following its hints
+    assert all(steps[k][1] <= 16 for k in second), steps  # 8,671 granules each before
+    end = at[-1][0]
+    assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 6 * MiB  # 4.22 MiB either way
+
+
 def test_a_layout_does_not_keep_the_first_requests_where_best_fit_put_them():
     # The first step at a new image size goes by best fit, which puts its first requests (before
     # the step's key position, where its layout is started) far up; the layout of each later

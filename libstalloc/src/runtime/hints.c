@@ -701,7 +701,11 @@ static int cmp_u64(const void* a, const void* b) {
  * granules below the highest that none of them touches: it fills the holes of granules mapped
  * anyway (between the weights and the optimizer state the warm-up left), and the rest goes
  * above. Around them freely, the placement also scatters the step into those free granules and
- * leaves partly used ones there at its peak (docs/online.md, "Holes first"). */
+ * leaves partly used ones there at its peak (docs/online.md, "Holes first"). A block the step
+ * frees that lies above every block living through it closes off nothing: a 1 KiB block GPT-2
+ * leaves live to the next step's first request, near its layout's top, closed off every granule
+ * below it, and the next layout went 8,600 granules up, the one after back down, each step
+ * moving them ("A block freed early does not lift the layout"). */
 static bool place_in_holes(const hint_job* job, uint64_t* offsets) {
   size_t fixed = 0;
   for (size_t i = 0; i < job->count; i++) fixed += job->items[i].fixed_offset != PLACE_FREE;
@@ -711,9 +715,13 @@ static bool place_in_holes(const hint_job* job, uint64_t* offsets) {
   bool ok = false;
   if (!ends || !items || !off) goto out;
   size_t e = 0;
+  uint64_t lasting = 0; /* the top of the blocks in use that live through the step */
+  for (size_t i = 0; i < job->count; i++)
+    if (job->items[i].fixed_offset != PLACE_FREE && job->items[i].upper > job->requests)
+      lasting = ST_MAX(lasting, job->items[i].fixed_offset + job->items[i].size);
   for (size_t i = 0; i < job->count; i++) {
     const st_place_item* it = &job->items[i];
-    if (it->fixed_offset == PLACE_FREE) continue;
+    if (it->fixed_offset == PLACE_FREE || (it->upper <= job->requests && it->fixed_offset >= lasting)) continue;
     uint64_t last = it->size ? (it->fixed_offset + it->size - 1) / ST_VIRTUAL_GRANULE : it->fixed_offset / ST_VIRTUAL_GRANULE;
     ends[e++] = it->fixed_offset / ST_VIRTUAL_GRANULE * 2;
     ends[e++] = (last + 1) * 2 + 1;
