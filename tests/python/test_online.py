@@ -1289,12 +1289,9 @@ def test_a_large_pool_that_moves_hundreds_of_granules_a_step_places_at_the_ends_
     # each step moved 400-800 granules (tens of us each on a GPU), under half the pool, so the
     # relative rule above never fired. A step that moves 512 or more now turns it on for a pool of
     # any size, and it stays on while a step moves an eighth of that.
-    t = bench_online().repeated_steps(scaled_trace("mixtral_plain.npz", 1024), 4)
-    at = online_at_markers(t)
-    maps = [b.backend_allocs - a.backend_allocs for (a, _), (b, _) in zip(at, at[1:])]
+    _, maps, end = maps_per_step("mixtral_plain.npz", rounds=4, scale=1024)
     late = sorted(maps[len(maps) // 2:])
     assert late[len(late) // 2] <= 400, maps  # 552 before
-    end = at[-1][0]
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 10 * MiB  # 9.46 MiB either way
 
 

@@ -434,6 +434,12 @@ void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset) {
   if (h->displaced_n && h->displaced[h->displaced_n - 1] == position) h->displaced_at[h->displaced_n - 1] = offset;
 }
 
+/* Whether the step's request at position q, placed at `at` and not freed, holds some of
+ * [offset, offset + size). */
+static bool holds(const st_hints* h, size_t q, uint64_t at, uint64_t offset, uint64_t size) {
+  return h->freed_at[q] == LIVE && at < offset + size && offset < at + h->sizes[q];
+}
+
 /* A step may begin as two kinds do (an evaluation pass expected, a training step come: both
  * ask the batch's input ids first). Its first requests go where the expected kind's layout (or
  * best fit) puts them, until one says the step is the other kind's, whose layout then serves it;
@@ -444,12 +450,6 @@ void st_hints_placed(st_hints* h, uint32_t position, uint64_t offset) {
  * the same run without the passes at 256x). Nor is a miss on the bytes such a request, put off
  * its place, took where best fit put it: a chain of them followed when those steps came in
  * random order (bench_online --draw-steps). */
-/* Whether the step's request at position q, placed at `at` and not freed, holds some of
- * [offset, offset + size). */
-static bool holds(const st_hints* h, size_t q, uint64_t at, uint64_t offset, uint64_t size) {
-  return h->freed_at[q] == LIVE && at < offset + size && offset < at + h->sizes[q];
-}
-
 void st_hints_outcome(st_hints* h, bool taken, uint64_t offset) {
   if (taken) {
     h->hits++;
@@ -708,17 +708,19 @@ static int cmp_u64(const void* a, const void* b) {
  * moving them ("A block freed early does not lift the layout"). */
 static bool place_in_holes(const hint_job* job, uint64_t* offsets) {
   size_t fixed = 0;
-  for (size_t i = 0; i < job->count; i++) fixed += job->items[i].fixed_offset != PLACE_FREE;
+  uint64_t lasting = 0; /* the top of the blocks in use that live through the step */
+  for (size_t i = 0; i < job->count; i++) {
+    const st_place_item* it = &job->items[i];
+    if (it->fixed_offset == PLACE_FREE) continue;
+    fixed++;
+    if (it->upper > job->requests) lasting = ST_MAX(lasting, it->fixed_offset + it->size);
+  }
   uint64_t* ends = malloc((fixed ? fixed : 1) * 2 * sizeof *ends); /* granule spans: 2g starts, 2g + 1 ends */
   st_place_item* items = malloc((job->count + fixed + 1) * sizeof *items);
   uint64_t* off = malloc((job->count + fixed + 1) * sizeof *off);
   bool ok = false;
   if (!ends || !items || !off) goto out;
   size_t e = 0;
-  uint64_t lasting = 0; /* the top of the blocks in use that live through the step */
-  for (size_t i = 0; i < job->count; i++)
-    if (job->items[i].fixed_offset != PLACE_FREE && job->items[i].upper > job->requests)
-      lasting = ST_MAX(lasting, job->items[i].fixed_offset + job->items[i].size);
   for (size_t i = 0; i < job->count; i++) {
     const st_place_item* it = &job->items[i];
     if (it->fixed_offset == PLACE_FREE || (it->upper <= job->requests && it->fixed_offset >= lasting)) continue;
