@@ -1316,6 +1316,25 @@ def test_a_block_the_step_frees_does_not_lift_the_next_layout():
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 6 * MiB  # 4.22 MiB either way
 
 
+def test_an_evaluation_pass_between_training_steps_maps_no_granule_once_they_repeat():
+    # The same run: once the plans go, each evaluation pass (a kind of its own, a fifth of the
+    # training step's requests) went by best fit, its layouts a granule above best fit's replay,
+    # and put its blocks on granules the training step's blocks had left unmapped: at the pool's
+    # peak each pass moved 399 granules there, and the training step after it moved 399 back. A
+    # request whose candidates all need a map now looks further up the sizes for a free block on
+    # mapped granules, after a step that repeated its kind's sizes exactly.
+    t = bench_online().repeated_steps(stalloc.load_trace(TRACES / "full" / "gpt2_eval_sgd_amp.npz").scaled(256), 4)
+    at = online_at_markers(t)
+    steps = [(b.alloc_count - a.alloc_count, b.backend_allocs - a.backend_allocs) for (a, _), (b, _) in zip(at, at[1:])]
+    most = max(n for n, _ in steps)
+    late = steps[len(steps) * 2 // 3:]
+    passes = [k for k in range(1, len(late)) if late[k][0] < most and late[k - 1][0] == most]
+    assert len(passes) >= 3, steps  # passes after training steps, late in the run
+    assert all(late[k][1] == 0 and late[k + 1][1] == 0 for k in passes if k + 1 < len(late)), steps  # 399 each before
+    end = at[-1][0]
+    assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 6 * MiB  # 4.22 MiB either way
+
+
 def test_a_layout_does_not_keep_the_first_requests_where_best_fit_put_them():
     # The first step at a new image size goes by best fit, which puts its first requests (before
     # the step's key position, where its layout is started) far up; the layout of each later

@@ -862,6 +862,14 @@ static void hints_step(stalloc_allocator_t* a) {
    * blocks leave below them then add up). Measured in docs/online.md, "Top growth on
    * granule boundaries, once steps repeat". */
   st_arena_set_top_on_boundary(a->arena, st_hints_steps_repeat(a->hints));
+  /* And after a step that asked exactly its kind's sizes of the time before, a request of the
+   * pool serving for good that would map granules in each of its candidates looks further up
+   * the sizes for a free block on mapped ones (a training step and an evaluation pass by turns:
+   * the pass's blocks by best fit moved granules from under the training step's layout, and the
+   * step moved them back). Not where sizes change, by a rule or none: there a block taken
+   * further up leaves the next ones less (MoE routing: 2-4 MiB more on three shipped Mixtral runs
+   * at 256x; dynamic padding: more moves). docs/online.md, "A pass finds mapped granules". */
+  st_arena_set_look_further(a->arena, st_hints_step_repeated(a->hints));
 }
 
 stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t step) {

@@ -79,6 +79,9 @@ struct st_arena {
                                    its free block (st_arena_set_at_ends) */
   bool top_on_boundary;         /* a block of whole granules that grows the top starts on a
                                    granule boundary (st_arena_set_top_on_boundary) */
+  bool look_further;            /* with fit_candidates > 1, when each of those needs granules
+                                   mapped, up to FURTHER_CANDIDATES more free blocks are looked at
+                                   for one that needs none (st_arena_set_look_further) */
   uint64_t maps;                /* granules mapped at an address so far: new, moved or aliased */
   st_arena_block* spares;
   uint64_t clock;               /* stamps frees */
@@ -1079,6 +1082,8 @@ static uint64_t cheapest_start(const st_arena* a, const st_arena_block* b, uint6
   return start;
 }
 
+#define FURTHER_CANDIDATES 60
+
 /* Among best fit and the next fit_candidates - 1 free blocks by size, the one whose placement
  * needs the fewest granules mapped (the smallest of those): each granule it maps is a move on
  * a GPU, tens of us of driver calls. *start: where in it the block goes (cheapest_start's). */
@@ -1087,11 +1092,27 @@ static st_arena_block* fewest_unmapped(st_arena* a, st_arena_block* b, uint64_t 
   uint64_t best;
   *start = cheapest_start(a, b, need, align, &best);
   st_arena_block* c = b;
-  for (unsigned i = 1; i < a->fit_candidates && best && (c = next_key(a->free_root, c)); i++) {
+  unsigned i = 1;
+  for (; i < a->fit_candidates && best && (c = next_key(a->free_root, c)); i++) {
     if (!usable(a, c, stream)) continue;
     uint64_t cost, at = cheapest_start(a, c, need, align, &cost);
     if (cost < best) {
       best = cost;
+      b = c;
+      *start = at;
+    }
+  }
+  /* A block that needs a map in each of those may still find mapped granules a little further
+   * up the sizes: an evaluation pass between training steps, served by best fit, put its blocks
+   * where nothing was mapped and moved 399 of the training step's idle granules there, and the
+   * step after it moved them back (full-size GPT-2 at 256x), where some free block a few sizes
+   * up held each of those blocks on mapped granules. Only a placement that maps nothing is taken
+   * there, so the candidates' choice stands wherever every block needs a map. */
+  for (unsigned more = 0; a->look_further && best && c && more < FURTHER_CANDIDATES && (c = next_key(a->free_root, c)); more++) {
+    if (!usable(a, c, stream)) continue;
+    uint64_t cost, at = cheapest_start(a, c, need, align, &cost);
+    if (!cost) {
+      best = 0;
       b = c;
       *start = at;
     }
@@ -1361,6 +1382,8 @@ void st_arena_set_fit_candidates(st_arena* a, unsigned candidates) {
 void st_arena_set_top_on_boundary(st_arena* a, bool on) { a->top_on_boundary = on; }
 
 void st_arena_set_at_ends(st_arena* a, bool on) { a->at_ends = on; }
+
+void st_arena_set_look_further(st_arena* a, bool on) { a->look_further = on; }
 
 void st_arena_want(st_arena* a, const uint64_t* offsets, const uint64_t* sizes, size_t n) {
   if (++a->want_epoch == 0) { /* wrapped: no mark of an old epoch may read as current */

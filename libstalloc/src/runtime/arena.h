@@ -26,6 +26,10 @@ void st_arena_set_fit_candidates(st_arena* arena, unsigned candidates);
 /* On (with more than one candidate): a request may also go at either end of its free block,
  * where fewer granules need mapping (default off; see allocator.c, the pool's steady peak). */
 void st_arena_set_at_ends(st_arena* arena, bool on);
+/* On (with more than one candidate): where none of the candidates places a block on granules
+ * already mapped, up to 60 more free blocks up the sizes are looked at for one that does
+ * (default off; see allocator.c, steps that repeat). */
+void st_arena_set_look_further(st_arena* arena, bool on);
 /* The layout the step under way follows: blocks at `offsets` of `sizes` (n of them; 0: none).
  * At the peak a granule it does not want moves before one it does. */
 void st_arena_want(st_arena* arena, const uint64_t* offsets, const uint64_t* sizes, size_t n);

@@ -139,6 +139,7 @@ struct st_hints {
    * with no rule (an MoE gate routing sizes): how likely a step is to follow its hints to the
    * end (layout_at_risk). */
   uint32_t repeated, changed;
+  bool last_repeated; /* the step that ended last asked its kind's step before's sizes exactly */
   hint_job* job;
   /* A layout of the step that ended, started once the next step's request at the kind's key
    * position says its shape (shapes.h): a shape no step had before is placed as itself. */
@@ -1342,6 +1343,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   free_job(h->pending); /* the step had no request at its key position */
   h->pending = NULL;
   bool repeats = !h->spoiled && st_shapes_repeats(h->shapes, h->asked, h->n); /* before it is learned */
+  h->last_repeated = repeats;
   if (!h->spoiled) {
     ptrdiff_t unexplained = st_shapes_learn(h->shapes, h->asked, h->n);
     if (unexplained >= 2) h->changed++; /* hints stop at their second miss */
@@ -1396,6 +1398,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
 }
 
 bool st_hints_steps_repeat(const st_hints* h) { return h->repeated > 0 && h->changed == 0; }
+
+bool st_hints_step_repeated(const st_hints* h) { return h->last_repeated; }
 
 void st_hints_counts(const st_hints* h, uint64_t* made, uint64_t* kept, double* longest, double* total) {
   *made = h->made;

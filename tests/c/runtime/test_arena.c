@@ -4,7 +4,8 @@
  * (and left for the rest of a step whose input outgrew it),
  * slab chunks in it, the list of cached granules staying bounded over a long run, blocks of
  * whole granules on granule boundaries (in a hole; growing the top, when asked), a block at the
- * mapped end of its free block (at_ends), a granule the layout under way wants kept from a move
+ * mapped end of its free block (at_ends), one further up the sizes on mapped granules
+ * (look_further), a granule the layout under way wants kept from a move
  * (st_arena_want), and, with the
  * free blocks indexed by address (the layout hints'), small requests in the lowest free block
  * that fits (checked against a scan of the free blocks over a long random run). */
@@ -551,6 +552,35 @@ static void test_at_ends_a_block_takes_the_mapped_end(void) {
   }
 }
 
+/* With look_further, where every candidate needs granules mapped, a free block further up the
+ * sizes that holds the block on mapped granules takes it: three exact holes whose granules went
+ * back and a larger one still mapped, two candidates weighed. Without it best fit's hole is
+ * taken and two granules move there. */
+static void test_looking_further_finds_mapped_granules(void) {
+  for (int further = 0; further <= 1; further++) {
+    fixture f;
+    setup(&f);
+    st_arena_set_fit_candidates(f.arena, 2);
+    st_arena_set_look_further(f.arena, further);
+    void *p[8], *pr;
+    st_arena_block *blk[8], *r;
+    const uint64_t sizes[8] = {2 * G, G, 2 * G, G, 2 * G, G, 6 * G, G}; /* holes 0, 2, 4, 6 */
+    for (int i = 0; i < 8; i++) CHECK_OK(st_arena_alloc(f.arena, sizes[i], 0, &p[i], &blk[i]));
+    for (int i = 0; i < 6; i += 2) st_arena_free(f.arena, blk[i], 0);
+    CHECK(st_arena_trim(f.arena) == 6 * G); /* the exact holes' granules go back */
+    st_arena_free(f.arena, blk[6], 0);      /* the larger hole's stay mapped */
+    f.budget.peak_reserved = f.budget.reserved;
+    uint64_t maps = f.budget.backend_allocs;
+    CHECK_OK(st_arena_alloc(f.arena, 2 * G, 0, &pr, &r));
+    if (further) CHECK(pr == p[6] && f.budget.backend_allocs == maps);
+    else CHECK(pr == p[0] && f.budget.backend_allocs - maps == 2);
+    CHECK(f.budget.reserved == f.budget.peak_reserved); /* moved or not, no granule more */
+    st_arena_free(f.arena, r, 0);
+    for (int i = 1; i < 8; i += 2) st_arena_free(f.arena, blk[i], 0);
+    teardown(&f);
+  }
+}
+
 /* Below the peak reserved so far a granule a block needs is mapped new, and a cached one stays
  * where it is for a later block, rather than moving there and being mapped again later (after a
  * trim the pool regrows to its peak, as after a plan's switch); at the peak it moves. */
@@ -817,6 +847,7 @@ int main(void) {
   RUN(test_a_block_goes_against_the_block_above);
   RUN(test_top_growth_on_a_boundary);
   RUN(test_fit_candidates_prefer_mapped_granules);
+  RUN(test_looking_further_finds_mapped_granules);
   RUN(test_at_ends_a_block_takes_the_mapped_end);
   RUN(test_below_the_peak_cached_granules_stay);
   RUN(test_the_highest_idle_granule_moves_first);
