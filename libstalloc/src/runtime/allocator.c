@@ -280,6 +280,15 @@ static stalloc_status_t dispatch_alloc(stalloc_allocator_t* a, uint64_t size, ui
     uint64_t at;
     position = st_hints_alloc(a->hints, size, &at);
     tell_layout(a);
+    /* After a step that asked exactly its kind's sizes of the time before, and while this one
+     * asks what its kind asked last, a request of the pool serving for good that would map
+     * granules in each of its candidates looks further up the sizes for a free block on mapped
+     * ones (a training step and an evaluation pass by turns: the pass's blocks by best fit
+     * moved granules from under the training step's layout, and the step moved them back). Not
+     * where sizes change: there a block taken further up leaves the next ones less (MoE
+     * routing: 2-4 MiB more on three shipped Mixtral runs at 256x; a curriculum's new stage: 8
+     * MiB on a held-out convnet). docs/online.md, "A pass finds mapped granules". */
+    st_arena_set_look_further(a->arena, st_hints_step_repeated(a->hints));
     if (at != UINT64_MAX) {
       hinted = st_arena_alloc_at(a->arena, at, size, stream, p, &ablock);
       st_hints_outcome(a->hints, hinted, at);
@@ -862,14 +871,6 @@ static void hints_step(stalloc_allocator_t* a) {
    * blocks leave below them then add up). Measured in docs/online.md, "Top growth on
    * granule boundaries, once steps repeat". */
   st_arena_set_top_on_boundary(a->arena, st_hints_steps_repeat(a->hints));
-  /* And after a step that asked exactly its kind's sizes of the time before, a request of the
-   * pool serving for good that would map granules in each of its candidates looks further up
-   * the sizes for a free block on mapped ones (a training step and an evaluation pass by turns:
-   * the pass's blocks by best fit moved granules from under the training step's layout, and the
-   * step moved them back). Not where sizes change, by a rule or none: there a block taken
-   * further up leaves the next ones less (MoE routing: 2-4 MiB more on three shipped Mixtral runs
-   * at 256x; dynamic padding: more moves). docs/online.md, "A pass finds mapped granules". */
-  st_arena_set_look_further(a->arena, st_hints_step_repeated(a->hints));
 }
 
 stalloc_status_t stalloc_allocator_step_begin(stalloc_allocator_t* a, uint64_t step) {

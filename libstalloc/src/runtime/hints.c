@@ -140,6 +140,8 @@ struct st_hints {
    * end (layout_at_risk). */
   uint32_t repeated, changed;
   bool last_repeated; /* the step that ended last asked its kind's step before's sizes exactly */
+  bool as_before;     /* the step under way has asked so far what the kind expected asked last */
+  size_t expected_n;  /* allocs of the kind expected (0: not known) */
   hint_job* job;
   /* A layout of the step that ended, started once the next step's request at the kind's key
    * position says its shape (shapes.h): a shape no step had before is placed as itself. */
@@ -398,6 +400,7 @@ uint32_t st_hints_alloc(st_hints* h, uint64_t size, uint64_t* offset) {
   if (h->job && atomic_load_explicit(&h->job->done, memory_order_acquire)) adopt(h);
   uint64_t need = st_align_up(size, h->alignment);
   uint32_t position = record(h, size, need);
+  if (h->as_before) h->as_before = position != LIVE && st_shapes_same_at(h->shapes, h->expected_n, position, size);
   if (h->pending && position == h->pending_key) start_pending(h);
   /* no hints expected (the kind expected backs off, or has none): the step may still begin as
    * another kind's (a batch ramp's second step of a new size, expected to be of the old one) */
@@ -1391,6 +1394,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
   }
   h->step++;
   h->spoiled = false;
+  h->as_before = true;
+  h->expected_n = expected;
   h->n = 0;
   h->displaced_n = 0;
   h->hits = h->misses = 0;
@@ -1399,7 +1404,7 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
 
 bool st_hints_steps_repeat(const st_hints* h) { return h->repeated > 0 && h->changed == 0; }
 
-bool st_hints_step_repeated(const st_hints* h) { return h->last_repeated; }
+bool st_hints_step_repeated(const st_hints* h) { return h->last_repeated && h->as_before; }
 
 void st_hints_counts(const st_hints* h, uint64_t* made, uint64_t* kept, double* longest, double* total) {
   *made = h->made;

@@ -55,7 +55,8 @@ void st_hints_boundary(st_hints* h, uint64_t* starts, uint64_t* sizes, uint64_t*
  * only as the shape rules foretell) and none changed otherwise (an MoE gate routing sizes). */
 bool st_hints_steps_repeat(const st_hints* h);
 /* Whether the step that ended last asked exactly the sizes of its kind's step before (a plan
- * serving it leaves nothing recorded: false). */
+ * serving it leaves nothing recorded: false), and the step under way has asked so far exactly
+ * what the kind expected asked in its latest step. */
 bool st_hints_step_repeated(const st_hints* h);
 /* Layouts made so far, how many were kept, the longest and the total time they took. */
 void st_hints_counts(const st_hints* h, uint64_t* made, uint64_t* kept, double* longest, double* total);

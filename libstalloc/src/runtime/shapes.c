@@ -266,6 +266,11 @@ bool st_shapes_repeats(const st_shapes* s, const uint64_t* sizes, size_t n) {
   return k && memcmp(sizes, k->size, n * sizeof *sizes) == 0;
 }
 
+bool st_shapes_same_at(const st_shapes* s, size_t n, size_t position, uint64_t size) {
+  const kind_shape* k = find(s, n);
+  return k && k->size && position < n && k->size[position] == size;
+}
+
 size_t st_shapes_key_position(const st_shapes* s, size_t n) {
   const kind_shape* k = find(s, n);
   if (!k || !k->explained || !k->keys) return ST_SHAPE_NONE;

@@ -41,6 +41,9 @@ size_t st_shapes_key_position(const st_shapes* s, size_t n);
  * (call before st_shapes_learn, which makes it the latest). */
 bool st_shapes_repeats(const st_shapes* s, const uint64_t* sizes, size_t n);
 
+/* Whether the kind of n allocs asked `size` at `position` in its latest step. */
+bool st_shapes_same_at(const st_shapes* s, size_t n, size_t position, uint64_t size);
+
 /* The sizes of a step of n allocs whose requests so far (at least up to the last key
  * position) are `asked`, from the kind's latest step: out[j] for every position (a position
  * that follows no rule keeps its size). false: the kind's rules are not known. */
