@@ -3,6 +3,7 @@ no look-ahead, safety under change, re-plans when shapes change, and the CLI."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -1295,6 +1296,18 @@ def test_a_large_pool_that_moves_hundreds_of_granules_a_step_places_at_the_ends_
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 10 * MiB  # 9.46 MiB either way
 
 
+@functools.lru_cache(maxsize=1)
+def gpt2_eval_steps() -> tuple[list[tuple[int, int, int]], stalloc.Stats]:
+    """tests/data/traces/full/gpt2_eval_sgd_amp.npz at 256x, its steps four times over, replayed
+    online once for the tests below: each step's (allocs, granules mapped, hinted allocs), and the
+    stats at the end."""
+    t = bench_online().repeated_steps(stalloc.load_trace(TRACES / "full" / "gpt2_eval_sgd_amp.npz").scaled(256), 4)
+    at = online_at_markers(t)
+    steps = [(b.alloc_count - a.alloc_count, b.backend_allocs - a.backend_allocs, b.hinted_allocs - a.hinted_allocs)
+             for (a, _), (b, _) in zip(at, at[1:])]
+    return steps, at[-1][0]
+
+
 def test_a_block_the_step_frees_does_not_lift_the_next_layout():
     # The full-size GPT-2 with an evaluation pass after every second step (SGD, mixed precision;
     # tests/data/traces/full/gpt2_eval_sgd_amp.npz), its steps four times over at 256x (a 28 GiB
@@ -1303,16 +1316,12 @@ def test_a_block_the_step_frees_does_not_lift_the_next_layout():
     # near the top of its layout; holes first took it as a block in use that keeps its granules
     # mapped and closed off every untouched granule below it, so the next layout went 8,600
     # granules up and the one after came back: each training step moved 8,446-8,671 granules.
-    t = bench_online().repeated_steps(stalloc.load_trace(TRACES / "full" / "gpt2_eval_sgd_amp.npz").scaled(256), 4)
-    at = online_at_markers(t)
-    steps = [(b.alloc_count - a.alloc_count, b.backend_allocs - a.backend_allocs, b.hinted_allocs - a.hinted_allocs)
-             for (a, _), (b, _) in zip(at, at[1:])]
+    steps, end = gpt2_eval_steps()
     most = max(n for n, _, _ in steps)
     second = [k for k in range(len(steps) * 2 // 3, len(steps))
               if steps[k][0] == most and steps[k - 1][0] == most and steps[k][2] == most]
     assert len(second) >= 3, steps  # a training step after a training step, following its hints
     assert all(steps[k][1] <= 16 for k in second), steps  # 8,671 granules each before
-    end = at[-1][0]
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 6 * MiB  # 4.22 MiB either way
 
 
@@ -1325,15 +1334,12 @@ def test_an_evaluation_pass_between_training_steps_maps_no_granule_once_they_rep
     # mapped granules, after a step that repeated its kind's sizes exactly and while the step
     # asks what its kind asked last. (Where the steps four times over put two passes in a row,
     # the second is taken for a training step and still moves.)
-    t = bench_online().repeated_steps(stalloc.load_trace(TRACES / "full" / "gpt2_eval_sgd_amp.npz").scaled(256), 4)
-    at = online_at_markers(t)
-    steps = [(b.alloc_count - a.alloc_count, b.backend_allocs - a.backend_allocs) for (a, _), (b, _) in zip(at, at[1:])]
-    most = max(n for n, _ in steps)
+    steps, end = gpt2_eval_steps()
+    most = max(n for n, _, _ in steps)
     late = steps[len(steps) * 2 // 3:]
     between = [k for k in range(1, len(late) - 1) if late[k][0] < most and late[k - 1][0] == late[k + 1][0] == most]
     assert len(between) >= 3, steps  # passes between training steps, late in the run
     assert all(late[k][1] == 0 and late[k + 1][1] == 0 for k in between), steps  # 399 each before
-    end = at[-1][0]
     assert end.peak_reserved_bytes - end.peak_allocated_bytes <= 6 * MiB  # 4.22 MiB either way
 
 

@@ -1092,8 +1092,7 @@ static st_arena_block* fewest_unmapped(st_arena* a, st_arena_block* b, uint64_t 
   uint64_t best;
   *start = cheapest_start(a, b, need, align, &best);
   st_arena_block* c = b;
-  unsigned i = 1;
-  for (; i < a->fit_candidates && best && (c = next_key(a->free_root, c)); i++) {
+  for (unsigned i = 1; i < a->fit_candidates && best && (c = next_key(a->free_root, c)); i++) {
     if (!usable(a, c, stream)) continue;
     uint64_t cost, at = cheapest_start(a, c, need, align, &cost);
     if (cost < best) {
